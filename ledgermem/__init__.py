@@ -1,0 +1,54 @@
+"""ledgermem: long-term memory for LLM agents.
+
+An append-only ledger is the truth; knowledge, conversations and indexes are views
+over it. Embedded on SQLite by default, PostgreSQL + pgvector for teams.
+"""
+
+from .clock import Clock
+from .errors import (
+    AccessDenied,
+    ConfigError,
+    InvalidInput,
+    LedgermemError,
+    NotFound,
+    ProviderError,
+    SchemaMismatch,
+    StorageError,
+)
+from .memory import Memory, UserMemory, default_path
+from .retrieval.hybrid import SearchOptions
+from .retrieval.salience import SalienceWeights
+from .store.base import Store
+from .store.sqlite import SQLiteStore
+from .types import CATEGORIES, SOURCES, Event, Hit, Item, ItemQuery, Scope, ToolCall, Turn
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CATEGORIES",
+    "SOURCES",
+    "AccessDenied",
+    "Clock",
+    "ConfigError",
+    "Event",
+    "Hit",
+    "InvalidInput",
+    "Item",
+    "ItemQuery",
+    "LedgermemError",
+    "Memory",
+    "NotFound",
+    "ProviderError",
+    "SQLiteStore",
+    "SalienceWeights",
+    "SchemaMismatch",
+    "Scope",
+    "SearchOptions",
+    "StorageError",
+    "Store",
+    "ToolCall",
+    "Turn",
+    "UserMemory",
+    "__version__",
+    "default_path",
+]

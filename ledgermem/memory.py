@@ -1,0 +1,640 @@
+"""The ``Memory`` facade and the per-user handle every read and write goes through."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from .clock import Clock, iso, new_id, parse_when, system_clock
+from .errors import ConfigError, InvalidInput, NotFound
+from .retrieval.hybrid import Searcher, SearchOptions
+from .retrieval.keyword import query_terms, word_set
+from .store.base import Store, TurnQuery
+from .types import (
+    CATEGORIES,
+    MAX_CONTENT,
+    SOURCES,
+    START_CONFIDENCE,
+    Event,
+    Hit,
+    Item,
+    ItemQuery,
+    Scope,
+    ToolCall,
+    Turn,
+)
+
+__all__ = ["Memory", "UserMemory", "default_path"]
+
+ROLES = ("user", "assistant", "system", "tool")
+DEDUP_OVERLAP = 0.8
+RECALL_BOOST = 0.02
+_UNSET: Any = object()
+
+
+def default_path() -> Path:
+    """The default database file, in the platform's user data directory."""
+    from platformdirs import user_data_path
+
+    return user_data_path("ledgermem", appauthor=False) / "memory.db"
+
+
+def open_store(url: str | Path | None) -> Store:
+    """A store for a URL: ``sqlite:///path``, a plain file path, or ``postgresql://…``."""
+    if url is None:
+        url = default_path()
+    text = str(url)
+    if text.startswith(("postgresql://", "postgres://")):
+        try:
+            postgres = importlib.import_module("ledgermem.store.postgres")
+        except ImportError as exc:
+            raise ConfigError(
+                "PostgreSQL support needs the extra: pip install 'ledgermem[postgres]'"
+            ) from exc
+        store: Store = postgres.PostgresStore(text)
+        return store
+    if text.startswith("sqlite:///"):
+        text = text[len("sqlite:///"):]
+        if not text.startswith("/") and not text.startswith("~"):
+            text = str(Path.cwd() / text)
+    elif "://" in text:
+        raise ConfigError(f"unsupported database URL {text!r}: use sqlite:/// or postgresql://")
+    from .store.sqlite import SQLiteStore
+
+    return SQLiteStore(text)
+
+
+class Memory:
+    """Long-term memory over one store. Thread-safe; get a scoped handle per user.
+
+    Example:
+        >>> mem = Memory.open("memory.db")            # doctest: +SKIP
+        >>> alice = mem.for_user("alice")               # doctest: +SKIP
+        >>> alice.remember("Prefers tea over coffee", category="preference")  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        embedder: Any = None,
+        llm: Any = None,
+        clock: Clock = system_clock,
+        search: SearchOptions | None = None,
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.llm = llm
+        self.clock = clock
+        self.searcher = Searcher(store, embedder=embedder, options=search or SearchOptions())
+
+    @classmethod
+    def open(cls, url: str | Path | None = None, **kwargs: Any) -> Memory:
+        """Open (creating if needed) the store at ``url``; ``None`` means the default file."""
+        return cls(open_store(url), **kwargs)
+
+    def for_user(
+        self, user_id: str, agent_id: str | None = None, context: str = "global",
+        session_id: str | None = None,
+    ) -> UserMemory:
+        """A handle bound to one user (and optionally an agent, context and session)."""
+        if not isinstance(user_id, str) or not user_id.strip():
+            raise InvalidInput("user_id must be a non-empty string")
+        if not isinstance(context, str) or not context.strip():
+            raise InvalidInput("context must be a non-empty string")
+        return UserMemory(self, Scope(user_id, agent_id, session_id, context))
+
+    def rebuild(self) -> None:
+        """Re-derive every view and index from the ledger."""
+        self.store.rebuild()
+
+    def close(self) -> None:
+        """Release the store's connections."""
+        self.store.close()
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def now(self) -> datetime:
+        return self.clock()
+
+
+class UserMemory:
+    """Everything one user's memory can do. Every call is confined to ``scope.user_id``."""
+
+    def __init__(self, memory: Memory, scope: Scope) -> None:
+        self._memory = memory
+        self._store = memory.store
+        self.scope = scope
+
+    @property
+    def user_id(self) -> str:
+        return self.scope.user_id
+
+    # plumbing ---------------------------------------------------------------------
+    def _now(self) -> str:
+        return iso(self._memory.clock())
+
+    def _event(
+        self, kind: str, payload: dict[str, Any], *, subject_id: str | None = None,
+        session_id: str | None = None, ts: str | None = None,
+    ) -> Event:
+        return Event(
+            id=new_id(), ts=ts or self._now(), user_id=self.user_id, kind=kind, payload=payload,
+            agent_id=self.scope.agent_id, session_id=session_id or self.scope.session_id,
+            subject_id=subject_id,
+        )
+
+    def _require(self, item_id: str) -> Item:
+        item = self._store.get_item(self.user_id, item_id)
+        if item is None:
+            raise NotFound(f"no memory {item_id!r}")
+        return item
+
+    # knowledge: writes ------------------------------------------------------------
+    def remember(
+        self,
+        content: str,
+        category: str = "fact",
+        *,
+        domain: str | None = None,
+        source: str = "user",
+        confidence: float | None = None,
+        context: str | None = None,
+        entity: str | None = None,
+        sensitive: bool = False,
+        due_at: str | datetime | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Item:
+        """Store a knowledge item verbatim, or refresh a near-duplicate of it.
+
+        An active item of the same category, context and entity whose words overlap
+        this one by more than 80% (Szymkiewicz–Simpson) is updated instead of adding
+        a second copy. Content over 2,000 characters is cut and flagged in metadata.
+
+        Raises:
+            InvalidInput: empty content, unknown category or source, confidence
+                outside 0–1, a malformed entity or an unreadable ``due_at``.
+        """
+        text, meta = _clean_content(content, metadata)
+        _check_choice("category", category, CATEGORIES)
+        _check_choice("source", source, SOURCES)
+        conf = START_CONFIDENCE[source] if confidence is None else _check_confidence(confidence)
+        ctx = _clean_context(context or self.scope.context)
+        ent = _clean_entity(entity)
+        due = self._when(due_at)
+        now = self._now()
+        with self._store.transaction():
+            twin = self._duplicate_of(text, category, ctx, ent)
+            if twin is not None:
+                changes: dict[str, Any] = {"updated_at": now,
+                                           "confidence": max(twin.confidence, conf)}
+                if text != twin.content:
+                    changes["content"] = text
+                if sensitive and not twin.sensitive:
+                    changes["sensitive"] = True
+                if due is not None:
+                    changes["due_at"] = due
+                if meta:
+                    changes["metadata"] = {**twin.metadata, **meta}
+                return self._change(twin, changes, reason="dedup", source=source)
+            item = Item(
+                id=new_id(), user_id=self.user_id, agent_id=self.scope.agent_id,
+                category=category, content=text, domain=domain, source=source,
+                confidence=conf, context=ctx, entity=ent, sensitive=bool(sensitive),
+                due_at=due, created_at=now, updated_at=now, valid_from=now, metadata=meta,
+            )
+            self._store.append([self._event("memory.added", {"item": asdict(item)},
+                                            subject_id=item.id, ts=now)])
+        return item
+
+    def _duplicate_of(self, text: str, category: str, context: str, entity: str | None
+                      ) -> Item | None:
+        words = word_set(text)
+        if not words:
+            return None
+        query = ItemQuery(category=category, context=context, entity=entity)
+        found = self._store.keyword_search_items(self.user_id, query_terms(text, max_terms=64),
+                                                 "or", query, 20)
+        for item_id, _ in found:
+            item = self._store.get_item(self.user_id, item_id)
+            if item is None or item.entity != entity:
+                continue
+            other = word_set(item.content)
+            if other and len(words & other) / min(len(words), len(other)) > DEDUP_OVERLAP:
+                return item
+        return None
+
+    def _change(self, item: Item, changes: dict[str, Any], *, reason: str,
+                source: str | None = None, kind: str = "memory.updated") -> Item:
+        payload: dict[str, Any] = {"changes": changes, "reason": reason}
+        if source:
+            payload["source"] = source
+        if "content" in changes:
+            payload["previous"] = item.content
+        self._store.append([self._event(kind, payload, subject_id=item.id)])
+        return self._require(item.id)
+
+    def update(
+        self,
+        item_id: str,
+        *,
+        content: str = _UNSET,
+        category: str = _UNSET,
+        domain: str | None = _UNSET,
+        confidence: float = _UNSET,
+        context: str = _UNSET,
+        entity: str | None = _UNSET,
+        sensitive: bool = _UNSET,
+        due_at: str | datetime | None = _UNSET,
+        metadata: Mapping[str, Any] = _UNSET,
+    ) -> Item:
+        """Change only the given fields; ``updated_at`` is set, a new content drops the
+        embedding (it is recomputed). Pass ``None`` to clear ``domain``, ``entity`` or
+        ``due_at``."""
+        item = self._require(item_id)
+        changes: dict[str, Any] = {}
+        if content is not _UNSET:
+            changes["content"], meta = _clean_content(content, None)
+            if meta:
+                changes["metadata"] = {**item.metadata, **meta}
+        if category is not _UNSET:
+            changes["category"] = _check_choice("category", category, CATEGORIES)
+        if domain is not _UNSET:
+            changes["domain"] = domain
+        if confidence is not _UNSET:
+            changes["confidence"] = _check_confidence(confidence)
+        if context is not _UNSET:
+            changes["context"] = _clean_context(context)
+        if entity is not _UNSET:
+            changes["entity"] = _clean_entity(entity)
+        if sensitive is not _UNSET:
+            changes["sensitive"] = bool(sensitive)
+        if due_at is not _UNSET:
+            changes["due_at"] = self._when(due_at)
+            changes["reminded_at"] = None
+        if metadata is not _UNSET:
+            changes["metadata"] = {**changes.get("metadata", item.metadata), **dict(metadata)}
+        if not changes:
+            return item
+        changes["updated_at"] = self._now()
+        return self._change(item, changes, reason="update")
+
+    def update_confidence(self, item_id: str, confidence: float) -> Item:
+        """Set confidence, clamped to 0–1."""
+        item = self._require(item_id)
+        if not isinstance(confidence, int | float) or confidence != confidence:
+            raise InvalidInput("confidence must be a number")
+        value = min(1.0, max(0.0, float(confidence)))
+        return self._change(item, {"confidence": value, "updated_at": self._now()},
+                            reason="confidence")
+
+    def mark_reminded(self, item_id: str) -> Item:
+        """Record that the user was reminded of a due item."""
+        item = self._require(item_id)
+        return self._change(item, {"reminded_at": self._now()}, reason="reminded")
+
+    def forget(self, item_id: str) -> None:
+        """Delete an item and blank its text everywhere, the ledger included."""
+        item = self._require(item_id)
+        with self._store.transaction():
+            self._store.append([self._event("memory.deleted", {"id": item.id},
+                                            subject_id=item.id)])
+            self._store.redact(self.user_id, item.id)
+
+    def forget_by_source(self, source: str) -> int:
+        """Forget every item (any state) that came from ``source``; returns how many."""
+        _check_choice("source", source, SOURCES)
+        items, _ = self._store.query_items(self.user_id, ItemQuery(source=source,
+                                                                   include_superseded=True))
+        with self._store.transaction():
+            for item in items:
+                self.forget(item.id)
+        return len(items)
+
+    def forget_user(self) -> int:
+        """Erase every trace of this user, the ledger included. Returns events removed."""
+        return self._store.delete_user(self.user_id)
+
+    # knowledge: reads -------------------------------------------------------------
+    def get(self, item_id: str) -> Item:
+        """One item by id. Raises ``NotFound`` for ids outside this user's memory."""
+        return self._require(item_id)
+
+    def search(
+        self,
+        query: str,
+        *,
+        category: str | None = None,
+        context: str | None = None,
+        entity: str | None = None,
+        sensitive: bool | None = None,
+        top_k: int | None = None,
+        time_from: str | datetime | None = None,
+        time_to: str | datetime | None = None,
+        include_superseded: bool = False,
+        touch: bool = True,
+    ) -> list[Hit]:
+        """Find knowledge by keywords and meaning, best first.
+
+        Filters apply before ranking. Each hit's ``why`` says how it ranked. Every item
+        returned gains +0.02 confidence and a use (``touch=False`` to only look).
+        """
+        if category is not None:
+            _check_choice("category", category, CATEGORIES)
+        filters = ItemQuery(
+            category=category, context=context, entity=_clean_entity(entity),
+            sensitive=sensitive, time_from=self._when(time_from), time_to=self._when(time_to),
+            include_superseded=include_superseded,
+        )
+        limit = self._memory.searcher.options.limit if top_k is None else _check_limit(top_k)
+        hits = self._memory.searcher.search_items(self.user_id, query, filters, limit,
+                                                  now=self._memory.clock())
+        if touch and hits:
+            self._store.append([self._event(
+                "memory.recalled", {"ids": [h.id for h in hits], "boost": RECALL_BOOST})])
+        return hits
+
+    recall = search
+
+    def by_category(self, category: str, *, limit: int | None = None) -> list[Item]:
+        """Active items of one category, most recently updated first."""
+        _check_choice("category", category, CATEGORIES)
+        return self._store.query_items(self.user_id, ItemQuery(category=category),
+                                       limit=limit)[0]
+
+    def by_entity(self, entity: str, *, limit: int | None = None) -> list[Item]:
+        """Active items linked to an entity (``type:name``)."""
+        return self._store.query_items(self.user_id, ItemQuery(entity=_clean_entity(entity)),
+                                       limit=limit)[0]
+
+    def upcoming(self, days: float = 7) -> list[Item]:
+        """Items due within ``days`` or overdue, not yet reminded (or reminded before
+        their due date passed)."""
+        now = self._memory.clock()
+        horizon = iso(now + timedelta(days=days))
+        now_text = iso(now)
+        return [
+            item for item in self._store.due_items(self.user_id, horizon)
+            if item.reminded_at is None
+            or (item.due_at is not None and item.reminded_at < item.due_at <= now_text)
+        ]
+
+    def history(self, item_id: str) -> list[Event]:
+        """Every ledger entry about an item, oldest first (including after forgetting)."""
+        events = self._store.events(self.user_id, subject_id=item_id)
+        if not events:
+            raise NotFound(f"no memory {item_id!r}")
+        return events
+
+    def all_knowledge(
+        self,
+        *,
+        category: str | None = None,
+        context: str | None = None,
+        entity: str | None = None,
+        sensitive: bool | None = None,
+        source: str | None = None,
+        sort: str = "updated_at",
+        order: str = "desc",
+        offset: int = 0,
+        limit: int | None = 50,
+        include_superseded: bool = False,
+    ) -> dict[str, Any]:
+        """A page of items with the total matching: ``{"items", "total", "offset", "limit"}``."""
+        if order not in ("asc", "desc"):
+            raise InvalidInput("order must be 'asc' or 'desc'")
+        if offset < 0:
+            raise InvalidInput("offset must be ≥ 0")
+        query = ItemQuery(category=category, context=context, entity=_clean_entity(entity),
+                          sensitive=sensitive, source=source,
+                          include_superseded=include_superseded)
+        try:
+            items, total = self._store.query_items(
+                self.user_id, query, sort=sort, descending=order == "desc", offset=offset,
+                limit=None if limit is None else _check_limit(limit))
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from exc
+        return {"items": items, "total": total, "offset": offset, "limit": limit}
+
+    # conversations ----------------------------------------------------------------
+    def add_turn(
+        self,
+        role: str,
+        content: str,
+        *,
+        session_id: str | None = None,
+        name: str | None = None,
+        at: str | datetime | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Turn:
+        """Keep one conversation message."""
+        return self.add_turns([{"role": role, "content": content, "name": name, "at": at,
+                                "metadata": metadata}], session_id=session_id)[0]
+
+    def add_turns(
+        self, turns: Iterable[Mapping[str, Any]], *, session_id: str | None = None
+    ) -> list[Turn]:
+        """Keep several messages (dicts with ``role``, ``content`` and optionally
+        ``name``, ``at``, ``metadata``) in one transaction."""
+        session = session_id or self.scope.session_id or f"{self.user_id}:default"
+        events = []
+        for turn in turns:
+            role = _check_choice("role", turn.get("role"), ROLES)
+            content = turn.get("content")
+            if not isinstance(content, str) or not content.strip():
+                raise InvalidInput("a turn's content must be non-empty text")
+            at = self._when(turn.get("at")) or self._now()
+            event = self._event(f"turn.{role}", {
+                "role": role, "content": content, "name": turn.get("name"), "at": at,
+                "metadata": dict(turn.get("metadata") or {})}, session_id=session)
+            events.append(event)
+        self._store.append(events)
+        return self._store.query_turns(self.user_id, TurnQuery(ids=tuple(e.id for e in events)))
+
+    def session_history(self, session_id: str | None = None, *, limit: int | None = None
+                        ) -> list[Turn]:
+        """The last ``limit`` turns of a session, oldest first."""
+        session = session_id or self.scope.session_id or f"{self.user_id}:default"
+        turns = self._store.query_turns(self.user_id, TurnQuery(session_id=session),
+                                        descending=True, limit=limit)
+        return turns[::-1]
+
+    def search_conversations(
+        self,
+        query: str | None = None,
+        *,
+        time_from: str | datetime | None = None,
+        time_to: str | datetime | None = None,
+        session_id: str | None = None,
+        limit: int = 10,
+    ) -> list[Hit]:
+        """Find past turns by keywords and meaning and/or a time range."""
+        filters = TurnQuery(session_id=session_id, time_from=self._when(time_from),
+                            time_to=self._when(time_to))
+        limit = _check_limit(limit)
+        if query is None or not query.strip():
+            turns = self._store.query_turns(self.user_id, filters, descending=True, limit=limit)
+            return [Hit(score=1.0, turn=t, why={"time_only": 1.0}) for t in turns]
+        return self._memory.searcher.search_turns(self.user_id, query, filters, limit,
+                                                  now=self._memory.clock())
+
+    def recent_conversations(self, limit: int = 20) -> list[Turn]:
+        """The latest turns across sessions, newest first."""
+        return self._store.query_turns(self.user_id, TurnQuery(), descending=True,
+                                       limit=_check_limit(limit))
+
+    def sessions(self) -> list[dict[str, Any]]:
+        """Sessions with turn counts and first/last times, latest first."""
+        return self._store.sessions(self.user_id)
+
+    # tools ------------------------------------------------------------------------
+    def log_tool_call(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        success: bool = True,
+        duration_ms: float | None = None,
+        error: str | None = None,
+        session_id: str | None = None,
+        learn_error: bool = True,
+    ) -> ToolCall:
+        """Record one tool call of the host agent. A failure also becomes ``error``
+        knowledge (source ``error_auto``) unless ``learn_error=False``."""
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidInput("a tool call needs a name")
+        event = self._event("tool.called", {
+            "name": name, "arguments": dict(arguments or {}), "success": bool(success),
+            "duration_ms": duration_ms, "error": error}, session_id=session_id)
+        with self._store.transaction():
+            self._store.append([event])
+            if not success and learn_error:
+                self.remember(f"Tool {name} failed: {error or 'unknown error'}", "error",
+                              source="error_auto", entity=f"tool:{name}")
+        return self._store.query_tool_calls(self.user_id, name=name, limit=1)[0]
+
+    def tool_errors(self, *, name: str | None = None, limit: int = 20) -> list[ToolCall]:
+        """Failed tool calls, newest first."""
+        return self._store.query_tool_calls(self.user_id, name=name, success=False,
+                                            limit=_check_limit(limit))
+
+    def tool_stats(self) -> list[dict[str, Any]]:
+        """Per tool: calls, failures, success rate, mean duration, last call."""
+        return self._store.tool_stats(self.user_id)
+
+    tool_summary = tool_stats
+
+    # observability ----------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """Counts of items, turns, sessions, tool calls and events, and the modes on."""
+        counts = self._store.counts(self.user_id)
+        counts["embedder"] = getattr(self._memory.embedder, "model_id", None)
+        counts["llm"] = getattr(self._memory.llm, "model", None)
+        return counts
+
+    def activity_timeline(self, days: int = 30) -> list[dict[str, Any]]:
+        """Events per day and kind over the last ``days``."""
+        since = iso(self._memory.clock() - timedelta(days=days))
+        return [{"day": d, "kind": k, "count": c} for d, k, c in
+                self._store.activity(self.user_id, since)]
+
+    def recent_errors(self, limit: int = 20) -> dict[str, Any]:
+        """Known ``error`` items and the latest failed tool calls."""
+        return {"items": self.by_category("error", limit=limit),
+                "tool_calls": self.tool_errors(limit=limit)}
+
+    def entities(self) -> list[tuple[str, int]]:
+        """Entities linked to active items, with counts."""
+        return self._store.facets(self.user_id, "entity")
+
+    def contexts(self) -> list[tuple[str, int]]:
+        """Contexts of active items, with counts."""
+        return self._store.facets(self.user_id, "context")
+
+    # housekeeping -----------------------------------------------------------------
+    def apply_confidence_decay(self, *, unused_days: int = 30, factor: float = 0.9) -> int:
+        """Multiply confidence by ``factor`` for items unused for ``unused_days``.
+
+        An item decays at most once per ``unused_days``, however often this runs.
+        Returns how many items decayed.
+        """
+        cutoff = iso(self._memory.clock() - timedelta(days=unused_days))
+        recent = {i for e in self._store.events(self.user_id, kinds=["memory.decayed"],
+                                                 since=cutoff) for i in e.payload["ids"]}
+        ids = [i for i, _ in self._store.stale_items(self.user_id, cutoff) if i not in recent]
+        if ids:
+            self._store.append([self._event("memory.decayed", {"ids": ids, "factor": factor})])
+        return len(ids)
+
+    def prune(self, days: int = 90, *, min_confidence: float = 0.1) -> dict[str, int]:
+        """Drop turns and tool calls older than ``days``, and items below
+        ``min_confidence`` unused that long. The ledger keeps the events."""
+        cutoff = iso(self._memory.clock() - timedelta(days=days))
+        found = self._store.prunable(self.user_id, cutoff, min_confidence)
+        if any(found.values()):
+            self._store.append([self._event("memory.pruned", found)])
+        return {"turns": len(found["turns"]), "tool_calls": len(found["tools"]),
+                "items": len(found["items"])}
+
+    # helpers ----------------------------------------------------------------------
+    def _when(self, value: str | datetime | None) -> str | None:
+        if value is None:
+            return None
+        return iso(parse_when(value, now=self._memory.clock()))
+
+
+def _clean_content(content: Any, metadata: Mapping[str, Any] | None
+                   ) -> tuple[str, dict[str, Any]]:
+    if not isinstance(content, str) or not content.strip():
+        raise InvalidInput("content must be non-empty text")
+    meta = dict(metadata or {})
+    text = content.strip()
+    if len(text) > MAX_CONTENT:
+        meta.update(truncated=True, original_length=len(text))
+        text = text[:MAX_CONTENT]
+    return text, meta
+
+
+def _check_choice(what: str, value: Any, allowed: Sequence[str]) -> str:
+    if value not in allowed:
+        raise InvalidInput(f"unknown {what} {value!r}; expected one of {', '.join(allowed)}")
+    return str(value)
+
+
+def _check_confidence(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise InvalidInput(f"confidence must be a number from 0 to 1, not {value!r}")
+    return float(value)
+
+
+def _check_limit(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1 or value > 10_000:
+        raise InvalidInput(f"limit must be a whole number from 1 to 10000, not {value!r}")
+    return value
+
+
+def _clean_context(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInput("context must be non-empty text")
+    return value.strip()
+
+
+def _clean_entity(value: Any) -> str | None:
+    """``Person: Sarah Chen`` → ``person:sarah_chen``; ``None`` stays ``None``."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or value.count(":") < 1:
+        raise InvalidInput(f"entity must look like 'type:name', not {value!r}")
+    kind, name = value.split(":", 1)
+    kind, name = kind.strip().lower(), "_".join(name.strip().lower().split())
+    if not kind or not name:
+        raise InvalidInput(f"entity must look like 'type:name', not {value!r}")
+    return f"{kind}:{name}"

@@ -1,0 +1,1 @@
+"""Retrieval: query terms, rank fusion, salience and the hybrid search pipeline."""

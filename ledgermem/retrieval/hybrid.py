@@ -1,0 +1,135 @@
+"""The hybrid search pipeline shared by knowledge and conversation search.
+
+keyword candidates (AND, then OR to fill) + vector candidates → reciprocal rank
+fusion → salience → top k. Filters are applied by the store, before ranking.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ..store.base import Store, TurnQuery
+from ..types import Hit, Item, ItemQuery, Turn
+from .fusion import rrf
+from .keyword import query_terms
+from .salience import CATEGORY_IMPORTANCE, SalienceWeights, salience
+
+__all__ = ["SearchOptions", "Searcher"]
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Tuning of the search pipeline.
+
+    Attributes:
+        limit: hits returned when the caller gives no ``top_k``.
+        candidates: how many candidates each retriever contributes to fusion.
+        rrf_k: the reciprocal rank fusion constant.
+        keyword_weight / vector_weight: each retriever's weight in fusion.
+        salience: recency / importance / confidence weights.
+    """
+
+    limit: int = 5
+    candidates: int = 50
+    rrf_k: float = 60.0
+    keyword_weight: float = 1.0
+    vector_weight: float = 1.0
+    salience: SalienceWeights = field(default_factory=SalienceWeights)
+
+
+class Searcher:
+    """Runs hybrid searches against one store (and embedder, when there is one)."""
+
+    def __init__(self, store: Store, *, embedder: Any = None, options: SearchOptions) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.options = options
+
+    def _keyword(self, terms: list[str], search: Any, limit: int) -> list[tuple[str, float]]:
+        found = search(terms, "and", limit)
+        if len(found) < limit and len(terms) > 1:
+            seen = {doc_id for doc_id, _ in found}
+            found += [hit for hit in search(terms, "or", limit) if hit[0] not in seen]
+        return list(found[:limit])
+
+    def search_items(
+        self, user_id: str, query: str, filters: ItemQuery, limit: int, *, now: datetime
+    ) -> list[Hit]:
+        """Knowledge hits for ``query``, best first."""
+        terms = query_terms(query)
+        pool = max(self.options.candidates, limit)
+        keyword = self._keyword(
+            terms,
+            lambda t, mode, n: self.store.keyword_search_items(user_id, t, mode, filters, n),
+            pool,
+        )
+        fused, why = self._fuse({"keyword": keyword})
+        if not fused:
+            return []
+        items, _ = self.store.query_items(user_id, ItemQuery(
+            ids=tuple(fused), include_superseded=True))
+        return self._rank(
+            fused, why, {i.id: i for i in items}, limit, now,
+            lambda item: (item.updated_at, _importance(item), item.confidence),
+        )
+
+    def search_turns(
+        self, user_id: str, query: str, filters: TurnQuery, limit: int, *, now: datetime
+    ) -> list[Hit]:
+        """Conversation hits for ``query``, best first."""
+        terms = query_terms(query)
+        pool = max(self.options.candidates, limit)
+        keyword = self._keyword(
+            terms,
+            lambda t, mode, n: self.store.keyword_search_turns(user_id, t, mode, filters, n),
+            pool,
+        )
+        fused, why = self._fuse({"keyword": keyword})
+        if not fused:
+            return []
+        turns = self.store.query_turns(user_id, TurnQuery(ids=tuple(fused)))
+        return self._rank(fused, why, {t.id: t for t in turns}, limit, now,
+                          lambda turn: (turn.ts, 0.5, 1.0))
+
+    def _fuse(self, ranked: dict[str, Sequence[tuple[str, float]]]
+              ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+        weights = {"keyword": self.options.keyword_weight, "vector": self.options.vector_weight}
+        fused = rrf({name: [d for d, _ in hits] for name, hits in ranked.items()},
+                    k=self.options.rrf_k, weights=weights)
+        why: dict[str, dict[str, float]] = {doc: {} for doc in fused}
+        for name, hits in ranked.items():
+            for rank, (doc_id, score) in enumerate(hits, start=1):
+                why[doc_id][f"{name}_rank"] = rank
+                why[doc_id][f"{name}_score"] = round(score, 6)
+        return fused, why
+
+    def _rank(self, fused: dict[str, float], why: dict[str, dict[str, float]],
+              found: dict[str, Any], limit: int, now: datetime, signals: Any) -> list[Hit]:
+        best = max(fused.values())
+        hits = []
+        for doc_id, score in fused.items():
+            row = found.get(doc_id)
+            if row is None:
+                continue
+            stamp, importance, confidence = signals(row)
+            age = (now - datetime.fromisoformat(stamp)).total_seconds() / 86400
+            final = salience(score / best, age_days=age, importance=importance,
+                             confidence=confidence, weights=self.options.salience)
+            reasons = {**why[doc_id], "rrf": round(score, 6), "score": round(final, 6)}
+            if isinstance(row, Item):
+                hits.append(Hit(score=final, item=row, why=reasons))
+            else:
+                assert isinstance(row, Turn)
+                hits.append(Hit(score=final, turn=row, why=reasons))
+        hits.sort(key=lambda h: (-h.score, h.id))
+        return hits[:limit]
+
+
+def _importance(item: Item) -> float:
+    value = item.metadata.get("importance")
+    if isinstance(value, int | float) and 0 <= value <= 1:
+        return float(value)
+    return CATEGORY_IMPORTANCE.get(item.category, 0.5)

@@ -1,0 +1,183 @@
+"""The ``Store`` protocol: what every backend (SQLite, PostgreSQL) implements.
+
+The ledger (``events``) is the truth. ``append`` writes events and, in the same
+transaction, applies each one to the views (knowledge, conversations, tool history);
+``rebuild`` re-derives every view from the ledger. Reads are always filtered by
+``user_id`` inside the store, so no caller can forget to.
+
+Score contract: ``keyword_search_*`` return ``(id, score)`` pairs best first, where a
+larger score is better (BM25 on SQLite, ``ts_rank_cd`` on PostgreSQL); scores are only
+comparable within one call. Ranking across retrievers happens above the store, on
+ranks (reciprocal rank fusion), so both backends rank the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from ..types import Event, Item, ItemQuery, ToolCall, Turn
+
+__all__ = ["EmbeddingRow", "Store", "TurnQuery"]
+
+Vector = npt.NDArray[np.float32]
+MatchMode = Literal["and", "or"]
+Table = Literal["knowledge", "conversations"]
+
+
+@dataclass(frozen=True)
+class TurnQuery:
+    """Filters for conversation turns. ``None`` means any."""
+
+    session_id: str | None = None
+    time_from: str | None = None
+    time_to: str | None = None
+    role: str | None = None
+    ids: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class EmbeddingRow:
+    """A row's stored vector, as read by the vector index."""
+
+    id: str
+    user_id: str
+    vector: Vector
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Storage backend. Every method is scoped to one ``user_id`` unless it says not."""
+
+    url: str
+
+    # ledger -----------------------------------------------------------------------
+    def append(self, events: Sequence[Event]) -> None:
+        """Append events and apply them to the views, atomically."""
+
+    def transaction(self) -> AbstractContextManager[None]:
+        """Group several ``append`` calls into one atomic write (nests)."""
+
+    def events(
+        self,
+        user_id: str,
+        *,
+        subject_id: str | None = None,
+        kinds: Sequence[str] | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        limit: int | None = None,
+    ) -> list[Event]:
+        """Ledger entries of one user in append order."""
+
+    def redact(self, user_id: str, subject_id: str) -> None:
+        """Blank the text of every event about ``subject_id`` (forgetting)."""
+
+    def delete_user(self, user_id: str) -> int:
+        """Remove every row of one user, the ledger included. Returns events removed."""
+
+    def rebuild(self) -> None:
+        """Re-derive every view and index from the ledger (all users)."""
+
+    # knowledge --------------------------------------------------------------------
+    def get_item(self, user_id: str, item_id: str) -> Item | None:
+        """One item of this user, or None."""
+
+    def query_items(
+        self,
+        user_id: str,
+        query: ItemQuery,
+        *,
+        sort: str = "updated_at",
+        descending: bool = True,
+        offset: int = 0,
+        limit: int | None = None,
+    ) -> tuple[list[Item], int]:
+        """Items matching the filters, and how many match in all."""
+
+    def keyword_search_items(
+        self, user_id: str, terms: Sequence[str], mode: MatchMode, query: ItemQuery, limit: int
+    ) -> list[tuple[str, float]]:
+        """Full-text search over knowledge content and entity."""
+
+    def due_items(self, user_id: str, until: str) -> list[Item]:
+        """Active items with ``due_at`` at or before ``until``."""
+
+    # conversations ----------------------------------------------------------------
+    def query_turns(
+        self, user_id: str, query: TurnQuery, *, descending: bool = False,
+        limit: int | None = None,
+    ) -> list[Turn]:
+        """Turns matching the filters, ordered by time."""
+
+    def keyword_search_turns(
+        self, user_id: str, terms: Sequence[str], mode: MatchMode, query: TurnQuery, limit: int
+    ) -> list[tuple[str, float]]:
+        """Full-text search over turn content and speaker name."""
+
+    def sessions(self, user_id: str) -> list[dict[str, Any]]:
+        """One row per session: id, turns, first and last timestamps."""
+
+    # tools ------------------------------------------------------------------------
+    def query_tool_calls(
+        self, user_id: str, *, name: str | None = None, success: bool | None = None,
+        since: str | None = None, limit: int | None = None,
+    ) -> list[ToolCall]:
+        """Logged tool calls, newest first."""
+
+    def tool_stats(self, user_id: str) -> list[dict[str, Any]]:
+        """Per tool name: calls, failures, mean duration, last call."""
+
+    # observability ----------------------------------------------------------------
+    def counts(self, user_id: str) -> dict[str, Any]:
+        """Row counts for ``stats``."""
+
+    def facets(self, user_id: str, column: Literal["entity", "context", "category"]) -> list[
+        tuple[str, int]
+    ]:
+        """Distinct values of a knowledge column with item counts (active items)."""
+
+    def activity(self, user_id: str, since: str) -> list[tuple[str, str, int]]:
+        """(day, event kind, count) since a time."""
+
+    def stale_items(self, user_id: str, before: str) -> list[tuple[str, float]]:
+        """(id, confidence) of active items unused since ``before``."""
+
+    def prunable(self, user_id: str, before: str, min_confidence: float) -> dict[str, list[str]]:
+        """Ids of turns, tool calls and low-confidence items older than ``before``."""
+
+    def user_ids(self) -> list[str]:
+        """Every user with at least one event (for maintenance across users)."""
+
+    # embeddings -------------------------------------------------------------------
+    def pending_embeddings(self, table: Table, limit: int) -> list[tuple[str, str]]:
+        """(id, text) of rows, any user, that have no embedding yet."""
+
+    def set_embeddings(self, table: Table, rows: Sequence[tuple[str, Vector]], model: str) -> None:
+        """Store vectors for rows (derived data: no ledger event)."""
+
+    def embeddings_since(self, table: Table, cursor: int) -> tuple[list[EmbeddingRow], int]:
+        """Vectors written after ``cursor`` (any user) and the new cursor."""
+
+    def clear_embeddings(self) -> None:
+        """Drop every stored vector (when the embedding model changes)."""
+
+    def get_meta(self, key: str) -> str | None:
+        """A store-wide setting (embedding model id, dimension)."""
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Record a store-wide setting."""
+
+    def close(self) -> None:
+        """Release connections."""
+
+
+def iter_chunks(values: Sequence[str], size: int = 500) -> Iterator[Sequence[str]]:
+    """Slices of at most ``size`` values (keeps ``IN (...)`` lists under bind limits)."""
+    for start in range(0, len(values), size):
+        yield values[start : start + size]

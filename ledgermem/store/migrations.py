@@ -1,0 +1,136 @@
+"""Numbered schema migrations per backend. Each runs in its own transaction and is
+recorded in ``schema_version``; a database newer than this code raises
+``SchemaMismatch`` instead of being touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["SQLITE_MIGRATIONS", "Migration"]
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One schema step: ``version`` is its number, ``statements`` run in order."""
+
+    version: int
+    name: str
+    statements: tuple[str, ...]
+
+
+def m0001_initial() -> tuple[str, ...]:
+    return (
+        """CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)""",
+        """CREATE TABLE events (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT NOT NULL UNIQUE,
+            ts TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            agent_id TEXT,
+            session_id TEXT,
+            kind TEXT NOT NULL,
+            subject_id TEXT,
+            payload TEXT NOT NULL,
+            visibility TEXT NOT NULL DEFAULT 'private'
+        )""",
+        "CREATE INDEX events_user_seq ON events (user_id, seq)",
+        "CREATE INDEX events_subject ON events (subject_id)",
+        """CREATE TABLE knowledge (
+            pk INTEGER PRIMARY KEY,
+            id TEXT NOT NULL UNIQUE,
+            user_id TEXT NOT NULL,
+            agent_id TEXT,
+            category TEXT NOT NULL,
+            content TEXT NOT NULL,
+            domain TEXT,
+            source TEXT NOT NULL,
+            confidence REAL NOT NULL,
+            context TEXT NOT NULL DEFAULT 'global',
+            entity TEXT,
+            sensitive INTEGER NOT NULL DEFAULT 0,
+            due_at TEXT,
+            reminded_at TEXT,
+            superseded_by TEXT,
+            valid_from TEXT,
+            valid_to TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            last_used_at TEXT,
+            use_count INTEGER NOT NULL DEFAULT 0,
+            metadata TEXT NOT NULL DEFAULT '{}',
+            embedding BLOB,
+            embedding_model TEXT,
+            emb_seq INTEGER
+        )""",
+        "CREATE INDEX knowledge_user ON knowledge (user_id, category, context)",
+        "CREATE INDEX knowledge_entity ON knowledge (user_id, entity)",
+        "CREATE INDEX knowledge_due ON knowledge (user_id, due_at) WHERE due_at IS NOT NULL",
+        "CREATE INDEX knowledge_emb ON knowledge (emb_seq)",
+        """CREATE TABLE conversations (
+            pk INTEGER PRIMARY KEY,
+            id TEXT NOT NULL UNIQUE,
+            user_id TEXT NOT NULL,
+            agent_id TEXT,
+            session_id TEXT NOT NULL,
+            role TEXT NOT NULL,
+            name TEXT,
+            content TEXT NOT NULL,
+            ts TEXT NOT NULL,
+            consolidated_at TEXT,
+            metadata TEXT NOT NULL DEFAULT '{}',
+            embedding BLOB,
+            embedding_model TEXT,
+            emb_seq INTEGER
+        )""",
+        "CREATE INDEX conversations_session ON conversations (user_id, session_id, ts)",
+        "CREATE INDEX conversations_ts ON conversations (user_id, ts)",
+        "CREATE INDEX conversations_emb ON conversations (emb_seq)",
+        """CREATE TABLE tool_history (
+            id TEXT PRIMARY KEY,
+            user_id TEXT NOT NULL,
+            agent_id TEXT,
+            session_id TEXT,
+            name TEXT NOT NULL,
+            arguments TEXT NOT NULL DEFAULT '{}',
+            success INTEGER NOT NULL,
+            duration_ms REAL,
+            error TEXT,
+            ts TEXT NOT NULL
+        )""",
+        "CREATE INDEX tool_history_user ON tool_history (user_id, name, ts)",
+    )
+
+
+def _fts_sql(table: str, columns: tuple[str, ...]) -> tuple[str, ...]:
+    cols = ", ".join(columns)
+    new = ", ".join(f"new.{c}" for c in columns)
+    old = ", ".join(f"old.{c}" for c in columns)
+    fts = f"{table}_fts"
+    return (
+        f"CREATE VIRTUAL TABLE {fts} USING fts5({cols}, content='{table}', content_rowid='pk', "
+        "tokenize='porter unicode61 remove_diacritics 2')",
+        f"CREATE TRIGGER {table}_ai AFTER INSERT ON {table} BEGIN "
+        f"INSERT INTO {fts} (rowid, {cols}) VALUES (new.pk, {new}); END",
+        f"CREATE TRIGGER {table}_ad AFTER DELETE ON {table} BEGIN "
+        f"INSERT INTO {fts} ({fts}, rowid, {cols}) VALUES ('delete', old.pk, {old}); END",
+        f"CREATE TRIGGER {table}_au AFTER UPDATE OF {cols} ON {table} BEGIN "
+        f"INSERT INTO {fts} ({fts}, rowid, {cols}) VALUES ('delete', old.pk, {old}); "
+        f"INSERT INTO {fts} (rowid, {cols}) VALUES (new.pk, {new}); END",
+        f"INSERT INTO {fts} ({fts}) VALUES ('rebuild')",
+    )
+
+
+def m0002_add_fts() -> tuple[str, ...]:
+    return _fts_sql("knowledge", ("content", "entity")) + _fts_sql(
+        "conversations", ("content", "name")
+    )
+
+
+SQLITE_MIGRATIONS: tuple[Migration, ...] = tuple(
+    Migration(number, fn.__name__.split("_", 1)[1], fn())
+    for number, fn in enumerate((m0001_initial, m0002_add_fts), start=1)
+)
+
+MigrationFn = Callable[[], tuple[str, ...]]

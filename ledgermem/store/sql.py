@@ -1,0 +1,471 @@
+"""What the SQL backends share: the ledger projection and portable queries.
+
+SQL here is written once, with ``?`` placeholders, in the subset SQLite and
+PostgreSQL both accept; a backend rewrites placeholders in ``_sql`` and supplies
+connections, full-text search, vector storage and migrations.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Literal
+
+from ..types import Event, Item, ItemQuery, ToolCall, Turn
+from .base import TurnQuery, iter_chunks
+
+Run = Callable[[str, Sequence[Any]], list[tuple[Any, ...]]]
+"""Executes one statement inside a write transaction and returns its rows."""
+
+ITEM_COLUMNS = (
+    "id", "user_id", "agent_id", "category", "content", "domain", "source", "confidence",
+    "context", "entity", "sensitive", "due_at", "reminded_at", "superseded_by", "valid_from",
+    "valid_to", "created_at", "updated_at", "last_used_at", "use_count", "metadata",
+)
+UPDATABLE = frozenset(ITEM_COLUMNS) - {"id", "user_id", "created_at"}
+TURN_COLUMNS = (
+    "id", "user_id", "agent_id", "session_id", "role", "name", "content", "ts",
+    "consolidated_at", "metadata",
+)
+TOOL_COLUMNS = (
+    "id", "user_id", "agent_id", "session_id", "name", "arguments", "success", "duration_ms",
+    "error", "ts",
+)
+EVENT_COLUMNS = (
+    "id", "ts", "user_id", "agent_id", "session_id", "kind", "subject_id", "payload",
+    "visibility",
+)
+SORTABLE = frozenset(
+    {"created_at", "updated_at", "confidence", "last_used_at", "use_count", "category", "due_at"}
+)
+REDACTED = "[forgotten]"
+
+
+def item_from_row(row: Sequence[Any]) -> Item:
+    values = dict(zip(ITEM_COLUMNS, row, strict=True))
+    values["sensitive"] = bool(values["sensitive"])
+    values["metadata"] = json.loads(values["metadata"] or "{}")
+    values["confidence"] = float(values["confidence"])
+    return Item(**values)
+
+
+def turn_from_row(row: Sequence[Any]) -> Turn:
+    values = dict(zip(TURN_COLUMNS, row, strict=True))
+    metadata = json.loads(values.pop("metadata") or "{}")
+    name = values.pop("name")
+    if name is not None:
+        metadata.setdefault("name", name)
+    return Turn(**values, metadata=metadata)
+
+
+def tool_from_row(row: Sequence[Any]) -> ToolCall:
+    values = dict(zip(TOOL_COLUMNS, row, strict=True))
+    values["arguments"] = json.loads(values["arguments"] or "{}")
+    values["success"] = bool(values["success"])
+    return ToolCall(**values)
+
+
+def event_from_row(row: Sequence[Any]) -> Event:
+    values = dict(zip(EVENT_COLUMNS, row, strict=True))
+    values["payload"] = json.loads(values["payload"])
+    return Event(**values)
+
+
+def item_where_sql(user_id: str, query: ItemQuery, prefix: str = "") -> tuple[str, list[Any]]:
+    """WHERE clause (without the keyword) for knowledge filters; ``prefix`` is a table alias."""
+    p = prefix
+    clauses: list[str] = [f"{p}user_id = ?"]
+    params: list[Any] = [user_id]
+    if not query.include_superseded:
+        clauses.append(f"{p}superseded_by IS NULL AND {p}valid_to IS NULL")
+    for column in ("category", "context", "entity", "source"):
+        value = getattr(query, column)
+        if value is not None:
+            clauses.append(f"{p}{column} = ?")
+            params.append(value)
+    if query.sensitive is not None:
+        clauses.append(f"{p}sensitive = ?")
+        params.append(query.sensitive)
+    if query.time_from is not None:
+        clauses.append(f"{p}created_at >= ?")
+        params.append(query.time_from)
+    if query.time_to is not None:
+        clauses.append(f"{p}created_at <= ?")
+        params.append(query.time_to)
+    if query.ids is not None:
+        clauses.append(f"{p}id IN ({_marks(len(query.ids)) or 'NULL'})")
+        params.extend(query.ids)
+    return " AND ".join(clauses), params
+
+
+def turn_where_sql(user_id: str, query: TurnQuery, prefix: str = "") -> tuple[str, list[Any]]:
+    """WHERE clause (without the keyword) for conversation filters."""
+    p = prefix
+    clauses: list[str] = [f"{p}user_id = ?"]
+    params: list[Any] = [user_id]
+    if query.session_id is not None:
+        clauses.append(f"{p}session_id = ?")
+        params.append(query.session_id)
+    if query.role is not None:
+        clauses.append(f"{p}role = ?")
+        params.append(query.role)
+    if query.time_from is not None:
+        clauses.append(f"{p}ts >= ?")
+        params.append(query.time_from)
+    if query.time_to is not None:
+        clauses.append(f"{p}ts <= ?")
+        params.append(query.time_to)
+    if query.ids is not None:
+        clauses.append(f"{p}id IN ({_marks(len(query.ids)) or 'NULL'})")
+        params.extend(query.ids)
+    return " AND ".join(clauses), params
+
+
+def _marks(count: int) -> str:
+    return ", ".join("?" * count)
+
+
+class SQLStore(ABC):
+    """Ledger projection and the queries that read the same on every SQL backend."""
+
+    url: str
+
+    # backend hooks ----------------------------------------------------------------
+    @abstractmethod
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run a read-only statement (placeholders ``?``) and return its rows."""
+
+    @abstractmethod
+    def _writing(self) -> AbstractContextManager[Run]:
+        """A write transaction (nesting as a savepoint) yielding a statement runner."""
+
+    def transaction(self) -> AbstractContextManager[None]:
+        return _discard(self._writing())
+
+    # ledger -----------------------------------------------------------------------
+    def append(self, events: Sequence[Event]) -> None:
+        with self._writing() as run:
+            for event in events:
+                run(
+                    f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) VALUES ({_marks(9)})",
+                    [event.id, event.ts, event.user_id, event.agent_id, event.session_id,
+                     event.kind, event.subject_id, json.dumps(event.payload), event.visibility],
+                )
+                self._apply(run, event)
+
+    def _apply(self, run: Run, event: Event) -> None:
+        """Project one event onto the views. Unknown kinds only live in the ledger."""
+        kind, data, uid = event.kind, event.payload, event.user_id
+        if kind == "memory.added":
+            item = dict(data["item"])
+            item["metadata"] = json.dumps(item.get("metadata") or {})
+            values = [item.get(c) for c in ITEM_COLUMNS]
+            run(f"INSERT INTO knowledge ({', '.join(ITEM_COLUMNS)}) VALUES "
+                f"({_marks(len(ITEM_COLUMNS))})", values)
+        elif kind in ("memory.updated", "memory.restored", "memory.invalidated"):
+            changes = {k: v for k, v in data["changes"].items() if k in UPDATABLE}
+            if "metadata" in changes:
+                changes["metadata"] = json.dumps(changes["metadata"] or {})
+            sets = [f"{column} = ?" for column in changes]
+            if "content" in changes:
+                sets.append("embedding = NULL")
+            run(f"UPDATE knowledge SET {', '.join(sets)} WHERE user_id = ? AND id = ?",
+                [*changes.values(), uid, event.subject_id])
+        elif kind == "memory.deleted":
+            run("DELETE FROM knowledge WHERE user_id = ? AND id = ?", [uid, event.subject_id])
+        elif kind == "memory.recalled":
+            for chunk in iter_chunks(data["ids"]):
+                run("UPDATE knowledge SET confidence = CASE WHEN confidence + ? > 1 THEN 1 "
+                    "ELSE confidence + ? END, use_count = use_count + 1, last_used_at = ? "
+                    f"WHERE user_id = ? AND id IN ({_marks(len(chunk))})",
+                    [data["boost"], data["boost"], event.ts, uid, *chunk])
+        elif kind == "memory.decayed":
+            for chunk in iter_chunks(data["ids"]):
+                run(f"UPDATE knowledge SET confidence = confidence * ? WHERE user_id = ? AND id IN "
+                    f"({_marks(len(chunk))})", [data["factor"], uid, *chunk])
+        elif kind == "memory.pruned":
+            for table, key in (("knowledge", "items"), ("conversations", "turns"),
+                               ("tool_history", "tools")):
+                for chunk in iter_chunks(data.get(key, [])):
+                    run(f"DELETE FROM {table} WHERE user_id = ? AND id IN ({_marks(len(chunk))})",
+                        [uid, *chunk])
+        elif kind.startswith("turn.") and kind != "turn.consolidated":
+            run(f"INSERT INTO conversations ({', '.join(TURN_COLUMNS)}) VALUES ({_marks(10)})",
+                [event.subject_id or event.id, uid, event.agent_id, event.session_id,
+                 data["role"], data.get("name"), data["content"], data.get("at", event.ts),
+                 None, json.dumps(data.get("metadata") or {})])
+        elif kind == "turn.consolidated":
+            for chunk in iter_chunks(data["ids"]):
+                run(f"UPDATE conversations SET consolidated_at = ? WHERE user_id = ? AND id IN "
+                    f"({_marks(len(chunk))})", [event.ts, uid, *chunk])
+        elif kind == "tool.called":
+            run(f"INSERT INTO tool_history ({', '.join(TOOL_COLUMNS)}) VALUES ({_marks(10)})",
+                [event.subject_id or event.id, uid, event.agent_id, event.session_id,
+                 data["name"], json.dumps(data.get("arguments") or {}), bool(data["success"]),
+                 data.get("duration_ms"), data.get("error"), event.ts])
+
+    def events(
+        self,
+        user_id: str,
+        *,
+        subject_id: str | None = None,
+        kinds: Sequence[str] | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        limit: int | None = None,
+    ) -> list[Event]:
+        clauses: list[str] = ["user_id = ?"]
+        params: list[Any] = [user_id]
+        if subject_id is not None:
+            clauses.append("subject_id = ?")
+            params.append(subject_id)
+        if kinds:
+            clauses.append(f"kind IN ({_marks(len(kinds))})")
+            params.extend(kinds)
+        if since is not None:
+            clauses.append("ts >= ?")
+            params.append(since)
+        if until is not None:
+            clauses.append("ts <= ?")
+            params.append(until)
+        sql = (f"SELECT {', '.join(EVENT_COLUMNS)} FROM events WHERE {' AND '.join(clauses)} "
+               "ORDER BY seq")
+        if limit is not None:
+            sql = (f"SELECT * FROM ({sql.replace('ORDER BY seq', 'ORDER BY seq DESC')} "
+                   f"LIMIT {int(limit)}) AS recent")
+            rows = self._read(sql, params)[::-1]
+        else:
+            rows = self._read(sql, params)
+        return [event_from_row(row) for row in rows]
+
+    def redact(self, user_id: str, subject_id: str) -> None:
+        with self._writing() as run:
+            rows = run("SELECT seq, payload FROM events WHERE user_id = ? AND subject_id = ?",
+                       [user_id, subject_id])
+            for seq, payload in rows:
+                run("UPDATE events SET payload = ? WHERE seq = ?",
+                    [json.dumps(_redacted(json.loads(payload))), seq])
+
+    def delete_user(self, user_id: str) -> int:
+        with self._writing() as run:
+            for table in ("knowledge", "conversations", "tool_history"):
+                run(f"DELETE FROM {table} WHERE user_id = ?", [user_id])
+            count = run("SELECT count(*) FROM events WHERE user_id = ?", [user_id])[0][0]
+            run("DELETE FROM events WHERE user_id = ?", [user_id])
+            return int(count)
+
+    def rebuild(self) -> None:
+        with self._writing() as run:
+            kept = self._embedding_cache(run)
+            for table in ("knowledge", "conversations", "tool_history"):
+                run(f"DELETE FROM {table}", [])
+            last = 0
+            while True:
+                rows = run(f"SELECT seq, {', '.join(EVENT_COLUMNS)} FROM events WHERE seq > ? "
+                           "ORDER BY seq LIMIT 1000", [last])
+                if not rows:
+                    break
+                for row in rows:
+                    self._apply(run, event_from_row(row[1:]))
+                last = rows[-1][0]
+            self._restore_embeddings(run, kept)
+            self._rebuild_fts(run)
+
+    @abstractmethod
+    def _embedding_cache(self, run: Run) -> Any:
+        """Read vectors worth keeping across a rebuild (keyed by table and text)."""
+
+    @abstractmethod
+    def _restore_embeddings(self, run: Run, kept: Any) -> None:
+        """Put kept vectors back on rows whose text did not change."""
+
+    @abstractmethod
+    def _rebuild_fts(self, run: Run) -> None:
+        """Rebuild full-text indexes from the views."""
+
+    # knowledge --------------------------------------------------------------------
+    def get_item(self, user_id: str, item_id: str) -> Item | None:
+        rows = self._read(f"SELECT {', '.join(ITEM_COLUMNS)} FROM knowledge "
+                          "WHERE user_id = ? AND id = ?", [user_id, item_id])
+        return item_from_row(rows[0]) if rows else None
+
+    def query_items(
+        self,
+        user_id: str,
+        query: ItemQuery,
+        *,
+        sort: str = "updated_at",
+        descending: bool = True,
+        offset: int = 0,
+        limit: int | None = None,
+    ) -> tuple[list[Item], int]:
+        if sort not in SORTABLE:
+            raise ValueError(f"cannot sort by {sort!r}")
+        where, params = item_where_sql(user_id, query)
+        total = self._read(f"SELECT count(*) FROM knowledge WHERE {where}", params)[0][0]
+        direction = "DESC" if descending else "ASC"
+        sql = (f"SELECT {', '.join(ITEM_COLUMNS)} FROM knowledge WHERE {where} "
+               f"ORDER BY {sort} {direction}, pk {direction}")
+        if limit is not None:
+            sql += f" LIMIT {int(limit)} OFFSET {int(offset)}"
+        elif offset:
+            sql += f" {self._unlimited} OFFSET {int(offset)}"
+        return [item_from_row(row) for row in self._read(sql, params)], int(total)
+
+    _unlimited = ""
+    """What stands for "no LIMIT" before an OFFSET in this dialect."""
+
+    def due_items(self, user_id: str, until: str) -> list[Item]:
+        rows = self._read(
+            f"SELECT {', '.join(ITEM_COLUMNS)} FROM knowledge WHERE user_id = ? AND "
+            "superseded_by IS NULL AND valid_to IS NULL AND due_at IS NOT NULL AND due_at <= ? "
+            "ORDER BY due_at", [user_id, until])
+        return [item_from_row(row) for row in rows]
+
+    # conversations ----------------------------------------------------------------
+    def query_turns(
+        self, user_id: str, query: TurnQuery, *, descending: bool = False,
+        limit: int | None = None,
+    ) -> list[Turn]:
+        where, params = turn_where_sql(user_id, query)
+        direction = "DESC" if descending else "ASC"
+        sql = (f"SELECT {', '.join(TURN_COLUMNS)} FROM conversations WHERE {where} "
+               f"ORDER BY ts {direction}, pk {direction}")
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return [turn_from_row(row) for row in self._read(sql, params)]
+
+    def sessions(self, user_id: str) -> list[dict[str, Any]]:
+        rows = self._read(
+            "SELECT session_id, count(*), min(ts), max(ts), "
+            "sum(CASE WHEN consolidated_at IS NULL THEN 1 ELSE 0 END) FROM conversations "
+            "WHERE user_id = ? GROUP BY session_id ORDER BY max(ts) DESC", [user_id])
+        return [{"session_id": r[0], "turns": int(r[1]), "first_ts": r[2], "last_ts": r[3],
+                 "unconsolidated": int(r[4])} for r in rows]
+
+    # tools ------------------------------------------------------------------------
+    def query_tool_calls(
+        self, user_id: str, *, name: str | None = None, success: bool | None = None,
+        since: str | None = None, limit: int | None = None,
+    ) -> list[ToolCall]:
+        clauses: list[str] = ["user_id = ?"]
+        params: list[Any] = [user_id]
+        for column, value in (("name", name), ("success", success)):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        if since is not None:
+            clauses.append("ts >= ?")
+            params.append(since)
+        sql = (f"SELECT {', '.join(TOOL_COLUMNS)} FROM tool_history WHERE "
+               f"{' AND '.join(clauses)} ORDER BY ts DESC, id DESC")
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return [tool_from_row(row) for row in self._read(sql, params)]
+
+    def tool_stats(self, user_id: str) -> list[dict[str, Any]]:
+        rows = self._read(
+            "SELECT name, count(*), sum(CASE WHEN success THEN 0 ELSE 1 END), avg(duration_ms), "
+            "max(ts) FROM tool_history WHERE user_id = ? GROUP BY name ORDER BY count(*) DESC, "
+            "name", [user_id])
+        return [{"name": r[0], "calls": int(r[1]), "failures": int(r[2]),
+                 "success_rate": round(1 - int(r[2]) / int(r[1]), 4),
+                 "avg_duration_ms": None if r[3] is None else round(float(r[3]), 3),
+                 "last_ts": r[4]} for r in rows]
+
+    # observability ----------------------------------------------------------------
+    def counts(self, user_id: str) -> dict[str, Any]:
+        one = self._read(
+            "SELECT "
+            "(SELECT count(*) FROM knowledge WHERE user_id = ? AND superseded_by IS NULL "
+            "AND valid_to IS NULL), "
+            "(SELECT count(*) FROM knowledge WHERE user_id = ?), "
+            "(SELECT count(*) FROM knowledge WHERE user_id = ? AND embedding IS NULL), "
+            "(SELECT count(*) FROM conversations WHERE user_id = ?), "
+            "(SELECT count(DISTINCT session_id) FROM conversations WHERE user_id = ?), "
+            "(SELECT count(*) FROM tool_history WHERE user_id = ?), "
+            "(SELECT count(*) FROM events WHERE user_id = ?)", [user_id] * 7)[0]
+        by_category = self.facets(user_id, "category")
+        return {"items": int(one[0]), "items_total": int(one[1]),
+                "items_unembedded": int(one[2]), "turns": int(one[3]), "sessions": int(one[4]),
+                "tool_calls": int(one[5]), "events": int(one[6]),
+                "by_category": dict(by_category)}
+
+    def facets(self, user_id: str, column: Literal["entity", "context", "category"]) -> list[
+        tuple[str, int]
+    ]:
+        if column not in ("entity", "context", "category"):
+            raise ValueError(f"no facet {column!r}")
+        rows = self._read(
+            f"SELECT {column}, count(*) FROM knowledge WHERE user_id = ? AND superseded_by IS NULL "
+            f"AND valid_to IS NULL AND {column} IS NOT NULL GROUP BY {column} "
+            f"ORDER BY count(*) DESC, {column}", [user_id])
+        return [(r[0], int(r[1])) for r in rows]
+
+    def activity(self, user_id: str, since: str) -> list[tuple[str, str, int]]:
+        rows = self._read(
+            "SELECT substr(ts, 1, 10), kind, count(*) FROM events WHERE user_id = ? AND ts >= ? "
+            "GROUP BY substr(ts, 1, 10), kind ORDER BY 1, 2", [user_id, since])
+        return [(r[0], r[1], int(r[2])) for r in rows]
+
+    def stale_items(self, user_id: str, before: str) -> list[tuple[str, float]]:
+        rows = self._read(
+            "SELECT id, confidence FROM knowledge WHERE user_id = ? AND superseded_by IS NULL "
+            "AND valid_to IS NULL AND coalesce(last_used_at, created_at) < ?", [user_id, before])
+        return [(r[0], float(r[1])) for r in rows]
+
+    def prunable(self, user_id: str, before: str, min_confidence: float) -> dict[str, list[str]]:
+        turns = self._read("SELECT id FROM conversations WHERE user_id = ? AND ts < ?",
+                           [user_id, before])
+        tools = self._read("SELECT id FROM tool_history WHERE user_id = ? AND ts < ?",
+                           [user_id, before])
+        items = self._read(
+            "SELECT id FROM knowledge WHERE user_id = ? AND confidence < ? AND "
+            "coalesce(last_used_at, updated_at) < ?", [user_id, min_confidence, before])
+        return {"turns": [r[0] for r in turns], "tools": [r[0] for r in tools],
+                "items": [r[0] for r in items]}
+
+    def user_ids(self) -> list[str]:
+        return [r[0] for r in self._read("SELECT DISTINCT user_id FROM events ORDER BY 1")]
+
+    def get_meta(self, key: str) -> str | None:
+        rows = self._read("SELECT value FROM meta WHERE key = ?", [key])
+        return str(rows[0][0]) if rows else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self._writing() as run:
+            run("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET "
+                "value = excluded.value", [key, value])
+
+
+_TEXT_KEYS = frozenset({"content", "previous", "metadata", "entity", "domain"})
+
+
+def _redacted(payload: Any) -> Any:
+    """The payload with the text of every content-bearing field blanked."""
+    if isinstance(payload, dict):
+        return {k: _blank(v) if k in _TEXT_KEYS else _redacted(v) for k, v in payload.items()}
+    if isinstance(payload, list):
+        return [_redacted(v) for v in payload]
+    return payload
+
+
+def _blank(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {}
+    return None if value is None else REDACTED
+
+
+class _discard(AbstractContextManager[None]):
+    """Adapts a context manager yielding a runner into one yielding nothing."""
+
+    def __init__(self, inner: AbstractContextManager[Run]) -> None:
+        self._inner = inner
+
+    def __enter__(self) -> None:
+        self._inner.__enter__()
+
+    def __exit__(self, *exc: Any) -> bool | None:
+        return self._inner.__exit__(*exc)

@@ -1,0 +1,275 @@
+"""The embedded store: one SQLite file in WAL mode with FTS5 and BLOB vectors.
+
+Each thread gets its own connection. Writes run in ``BEGIN IMMEDIATE`` transactions,
+serialised within the process by a lock and across processes by SQLite's busy
+timeout, with a bounded retry so "database is locked" never reaches the caller.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..clock import iso, system_clock
+from ..errors import SchemaMismatch, StorageError
+from .base import EmbeddingRow, MatchMode, Table, TurnQuery, Vector
+from .migrations import SQLITE_MIGRATIONS, Migration
+from .sql import Run, SQLStore, item_where_sql, turn_where_sql
+
+__all__ = ["SQLiteStore", "fts_match_sql"]
+
+LOCK_RETRY_S = 120.0
+
+
+def fts_match_sql(terms: Sequence[str], mode: MatchMode) -> str:
+    """An FTS5 MATCH expression that treats every term as a literal phrase.
+
+    Terms are double-quoted (inner quotes doubled), so FTS5 operators and syntax in
+    user text (``AND``, ``NEAR``, ``*``, ``-``, parentheses) are matched as words.
+    """
+    quoted = ['"' + term.replace('"', '""') + '"' for term in terms]
+    return (" OR " if mode == "or" else " ").join(quoted)
+
+
+class SQLiteStore(SQLStore):
+    """SQLite backend. ``path`` is created (with its folder) if missing."""
+
+    _unlimited = "LIMIT -1"
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        busy_timeout_s: float = 30.0,
+        migrations: Sequence[Migration] = SQLITE_MIGRATIONS,
+    ) -> None:
+        self.path = Path(path).expanduser().resolve()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.url = f"sqlite:///{self.path}"
+        self._busy_ms = int(busy_timeout_s * 1000)
+        self._local = threading.local()
+        self._write_lock = threading.RLock()
+        self._connections: list[sqlite3.Connection] = []
+        self._connections_lock = threading.Lock()
+        self._closed = False
+        self._migrate(migrations)
+
+    # connections ------------------------------------------------------------------
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            if self._closed:
+                raise StorageError("the store is closed")
+            try:
+                conn = sqlite3.connect(
+                    self.path, isolation_level=None, timeout=self._busy_ms / 1000,
+                    check_same_thread=False,
+                )
+                conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+                self._retry(lambda c=conn: c.execute("PRAGMA journal_mode = WAL"))
+                conn.execute("PRAGMA synchronous = NORMAL")
+            except sqlite3.Error as exc:
+                raise StorageError(f"cannot open {self.path}: {exc}") from exc
+            self._local.conn = conn
+            self._local.depth = 0
+            with self._connections_lock:
+                self._connections.append(conn)
+        return conn
+
+    def close(self) -> None:
+        self._closed = True
+        with self._connections_lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+        self._local = threading.local()
+
+    def _retry(self, action: Any) -> Any:
+        """Run ``action`` retrying while another process holds the write lock."""
+        deadline = time.monotonic() + LOCK_RETRY_S
+        delay = 0.005
+        while True:
+            try:
+                return action()
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                if time.monotonic() > deadline:
+                    raise StorageError(f"database stayed locked for {LOCK_RETRY_S:.0f}s") from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 0.1)
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        conn = self._conn()
+        try:
+            rows: list[tuple[Any, ...]] = self._retry(
+                lambda: conn.execute(sql, tuple(params)).fetchall())
+        except sqlite3.Error as exc:
+            raise StorageError(str(exc)) from exc
+        return rows
+
+    @contextmanager
+    def _writing(self) -> Iterator[Run]:
+        conn = self._conn()
+        depth: int = self._local.depth
+
+        def run(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+            try:
+                return conn.execute(sql, tuple(params)).fetchall()
+            except sqlite3.Error as exc:
+                raise StorageError(str(exc)) from exc
+
+        if depth:
+            conn.execute(f"SAVEPOINT sp{depth}")
+            self._local.depth = depth + 1
+            try:
+                yield run
+            except BaseException:
+                conn.execute(f"ROLLBACK TO sp{depth}")
+                conn.execute(f"RELEASE sp{depth}")
+                raise
+            else:
+                conn.execute(f"RELEASE sp{depth}")
+            finally:
+                self._local.depth = depth
+            return
+        with self._write_lock:
+            try:
+                self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
+            except sqlite3.Error as exc:
+                raise StorageError(str(exc)) from exc
+            self._local.depth = 1
+            try:
+                yield run
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            else:
+                try:
+                    self._retry(lambda: conn.execute("COMMIT"))
+                except sqlite3.Error as exc:
+                    conn.execute("ROLLBACK")
+                    raise StorageError(str(exc)) from exc
+            finally:
+                self._local.depth = 0
+
+    # schema -----------------------------------------------------------------------
+    def schema_version(self) -> int:
+        """The highest migration applied to this file."""
+        rows = self._read("SELECT max(version) FROM schema_version")
+        return int(rows[0][0] or 0)
+
+    def _migrate(self, migrations: Sequence[Migration]) -> None:
+        with self._writing() as run:
+            run("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "
+                "name TEXT NOT NULL, applied_at TEXT NOT NULL)", [])
+        known = max((m.version for m in SQLITE_MIGRATIONS), default=0)
+        if self.schema_version() > known:
+            raise SchemaMismatch(
+                f"{self.path} has schema version {self.schema_version()}, newer than this "
+                f"ledgermem understands ({known}); upgrade ledgermem")
+        for migration in migrations:
+            with self._writing() as run:
+                done = run("SELECT 1 FROM schema_version WHERE version = ?", [migration.version])
+                if done:
+                    continue
+                for statement in migration.statements:
+                    run(statement, [])
+                run("INSERT INTO schema_version (version, name, applied_at) VALUES (?, ?, ?)",
+                    [migration.version, migration.name, iso(system_clock())])
+
+    # full-text search -------------------------------------------------------------
+    def keyword_search_items(
+        self, user_id: str, terms: Sequence[str], mode: MatchMode, query: Any, limit: int
+    ) -> list[tuple[str, float]]:
+        if not terms:
+            return []
+        where, params = item_where_sql(user_id, query, prefix="k.")
+        rows = self._read(
+            "SELECT k.id, -bm25(knowledge_fts) AS score FROM knowledge_fts "
+            "JOIN knowledge AS k ON k.pk = knowledge_fts.rowid "
+            f"WHERE knowledge_fts MATCH ? AND {where} ORDER BY bm25(knowledge_fts) LIMIT ?",
+            [fts_match_sql(terms, mode), *params, limit])
+        return [(r[0], float(r[1])) for r in rows]
+
+    def keyword_search_turns(
+        self, user_id: str, terms: Sequence[str], mode: MatchMode, query: TurnQuery, limit: int
+    ) -> list[tuple[str, float]]:
+        if not terms:
+            return []
+        where, params = turn_where_sql(user_id, query, prefix="c.")
+        rows = self._read(
+            "SELECT c.id, -bm25(conversations_fts) AS score FROM conversations_fts "
+            "JOIN conversations AS c ON c.pk = conversations_fts.rowid "
+            f"WHERE conversations_fts MATCH ? AND {where} ORDER BY bm25(conversations_fts) "
+            "LIMIT ?", [fts_match_sql(terms, mode), *params, limit])
+        return [(r[0], float(r[1])) for r in rows]
+
+    def rebuild_fts(self) -> None:
+        """Rebuild both FTS5 indexes from their tables."""
+        with self._writing() as run:
+            self._rebuild_fts(run)
+
+    def _rebuild_fts(self, run: Run) -> None:
+        for fts in ("knowledge_fts", "conversations_fts"):
+            run(f"INSERT INTO {fts} ({fts}) VALUES ('rebuild')", [])
+
+    # embeddings -------------------------------------------------------------------
+    def pending_embeddings(self, table: Table, limit: int) -> list[tuple[str, str]]:
+        rows = self._read(
+            f"SELECT id, content FROM {_table(table)} WHERE embedding IS NULL ORDER BY pk "
+            "LIMIT ?", [limit])
+        return [(r[0], r[1]) for r in rows]
+
+    def set_embeddings(self, table: Table, rows: Sequence[tuple[str, Vector]], model: str) -> None:
+        name = _table(table)
+        with self._writing() as run:
+            seq = int(run("SELECT coalesce(max(emb_seq), 0) FROM knowledge", [])[0][0])
+            seq = max(seq, int(run("SELECT coalesce(max(emb_seq), 0) FROM conversations",
+                                   [])[0][0]))
+            for row_id, vector in rows:
+                seq += 1
+                run(f"UPDATE {name} SET embedding = ?, embedding_model = ?, emb_seq = ? "
+                    "WHERE id = ?", [np.asarray(vector, dtype=np.float32).tobytes(), model, seq,
+                                     row_id])
+
+    def embeddings_since(self, table: Table, cursor: int) -> tuple[list[EmbeddingRow], int]:
+        rows = self._read(
+            f"SELECT emb_seq, id, user_id, embedding FROM {_table(table)} "
+            "WHERE emb_seq > ? AND embedding IS NOT NULL ORDER BY emb_seq", [cursor])
+        found = [EmbeddingRow(r[1], r[2], np.frombuffer(r[3], dtype=np.float32)) for r in rows]
+        return found, (int(rows[-1][0]) if rows else cursor)
+
+    def clear_embeddings(self) -> None:
+        with self._writing() as run:
+            for table in ("knowledge", "conversations"):
+                run(f"UPDATE {table} SET embedding = NULL, embedding_model = NULL, "
+                    "emb_seq = NULL", [])
+
+    def _embedding_cache(self, run: Run) -> list[tuple[str, str, bytes, str, int]]:
+        return [
+            (table, *row)
+            for table in ("knowledge", "conversations")
+            for row in run(f"SELECT id, embedding, embedding_model, emb_seq FROM {table} "
+                           "WHERE embedding IS NOT NULL", [])
+        ]
+
+    def _restore_embeddings(self, run: Run, kept: Any) -> None:
+        """Vectors go back on the rows they were made for (the text is the same: any
+        later content change had already cleared them)."""
+        for table, row_id, blob, model, seq in kept:
+            run(f"UPDATE {table} SET embedding = ?, embedding_model = ?, emb_seq = ? "
+                "WHERE id = ?", [blob, model, seq, row_id])
+
+
+def _table(table: str) -> str:
+    if table not in ("knowledge", "conversations"):
+        raise ValueError(f"no embedded table {table!r}")
+    return table

@@ -1,0 +1,174 @@
+"""Value types: frozen dataclasses shared by every layer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "CATEGORIES",
+    "MAX_CONTENT",
+    "SOURCES",
+    "START_CONFIDENCE",
+    "Event",
+    "Hit",
+    "Item",
+    "ItemQuery",
+    "Scope",
+    "ToolCall",
+    "Turn",
+]
+
+CATEGORIES = ("fact", "preference", "error", "skill", "note", "reminder")
+"""Knowledge categories."""
+
+SOURCES = ("user", "tool", "llm_extract", "heuristic", "error_auto", "discovery", "consolidation")
+"""Where a knowledge item came from."""
+
+START_CONFIDENCE = {
+    "user": 0.8,
+    "tool": 0.7,
+    "error_auto": 0.5,
+    "consolidation": 0.5,
+    "llm_extract": 0.4,
+    "discovery": 0.4,
+    "heuristic": 0.3,
+}
+"""Confidence an item starts with, by source, unless the caller gives one."""
+
+MAX_CONTENT = 2000
+"""Longest content kept; longer content is cut and flagged in metadata."""
+
+Visibility = Literal["private", "global"]
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Who a read or write belongs to. ``user_id`` is the isolation boundary."""
+
+    user_id: str
+    agent_id: str | None = None
+    session_id: str | None = None
+    context: str = "global"
+
+
+@dataclass(frozen=True)
+class Event:
+    """One entry of the append-only ledger."""
+
+    id: str
+    ts: str
+    user_id: str
+    kind: str
+    payload: dict[str, Any]
+    agent_id: str | None = None
+    session_id: str | None = None
+    subject_id: str | None = None
+    visibility: Visibility = "private"
+
+
+@dataclass(frozen=True)
+class Item:
+    """A knowledge item: a fact, preference, skill, error, note or reminder."""
+
+    id: str
+    user_id: str
+    category: str
+    content: str
+    source: str
+    confidence: float
+    created_at: str
+    updated_at: str
+    context: str = "global"
+    domain: str | None = None
+    agent_id: str | None = None
+    entity: str | None = None
+    sensitive: bool = False
+    due_at: str | None = None
+    reminded_at: str | None = None
+    superseded_by: str | None = None
+    valid_from: str | None = None
+    valid_to: str | None = None
+    last_used_at: str | None = None
+    use_count: int = 0
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def active(self) -> bool:
+        """Neither superseded by a newer version nor invalidated."""
+        return self.superseded_by is None and self.valid_to is None
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One conversation message, a view over ``turn.*`` events."""
+
+    id: str
+    user_id: str
+    session_id: str
+    role: str
+    content: str
+    ts: str
+    agent_id: str | None = None
+    consolidated_at: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One logged tool call of the host agent, a view over ``tool.called`` events."""
+
+    id: str
+    user_id: str
+    name: str
+    arguments: dict[str, Any]
+    success: bool
+    ts: str
+    duration_ms: float | None = None
+    error: str | None = None
+    session_id: str | None = None
+    agent_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A search result with the reasons it ranked where it did.
+
+    ``why`` holds ``keyword_rank`` / ``vector_rank`` (1-based, absent when that
+    retriever did not return it), their raw scores, the fused ``rrf`` score and the
+    final ``score`` after salience.
+    """
+
+    score: float
+    item: Item | None = None
+    turn: Turn | None = None
+    why: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        """The id of the item or turn found."""
+        found = self.item or self.turn
+        assert found is not None
+        return found.id
+
+    @property
+    def content(self) -> str:
+        """The text of the item or turn found."""
+        found = self.item or self.turn
+        assert found is not None
+        return found.content
+
+
+@dataclass(frozen=True)
+class ItemQuery:
+    """Filters shared by listing and searching knowledge. ``None`` means any."""
+
+    category: str | None = None
+    context: str | None = None
+    entity: str | None = None
+    sensitive: bool | None = None
+    source: str | None = None
+    time_from: str | None = None
+    time_to: str | None = None
+    include_superseded: bool = False
+    ids: tuple[str, ...] | None = None
