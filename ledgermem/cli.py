@@ -1,0 +1,257 @@
+"""The ``ledgermem`` command: a thin click layer over ``Memory``.
+
+Errors map to exit codes in one place: 2 bad input, 3 not found, 1 anything else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import wraps
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from .errors import InvalidInput, LedgermemError, NotFound
+from .memory import Memory, UserMemory
+from .types import CATEGORIES, SOURCES, Event, Hit, Item
+
+__all__ = ["main"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+EXIT_CODES = {InvalidInput: 2, NotFound: 3}
+
+
+def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        data = dataclasses.asdict(value)
+        if isinstance(value, Hit):
+            data = {"score": value.score, "why": value.why,
+                    "item": data["item"], "turn": data["turn"]}
+        return data
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+class Context:
+    """What every command gets: options and a lazily opened memory."""
+
+    def __init__(self, db: str | None, user: str, as_json: bool) -> None:
+        self.db, self.user, self.as_json = db, user, as_json
+        self.console = Console()
+        self._memory: Memory | None = None
+
+    @property
+    def memory(self) -> Memory:
+        if self._memory is None:
+            self._memory = Memory.open(self.db)
+        return self._memory
+
+    def handle(self, context: str = "global") -> UserMemory:
+        return self.memory.for_user(self.user, context=context)
+
+    def emit(self, value: Any, render: Callable[[], None]) -> None:
+        if self.as_json:
+            click.echo(json.dumps(_jsonable(value), indent=2, ensure_ascii=False))
+        else:
+            render()
+
+    def close(self) -> None:
+        if self._memory is not None:
+            self._memory.close()
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    try:
+        yield
+    except LedgermemError as exc:
+        code = next((c for kind, c in EXIT_CODES.items() if isinstance(exc, kind)), 1)
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(code)
+
+
+def command(group: click.Group, name: str | None = None) -> Callable[[F], F]:
+    """Register a command whose LedgermemErrors become messages and exit codes."""
+
+    def decorate(fn: F) -> F:
+        @wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with _errors():
+                return fn(*args, **kwargs)
+
+        group.command(name)(click.pass_obj(wrapper))
+        return fn
+
+    return decorate
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--db", envvar="LEDGERMEM_DB", default=None,
+              help="Database path or URL (sqlite:///…, postgresql://…). "
+                   "Default: the user data dir. Env: LEDGERMEM_DB.")
+@click.option("--user", "-u", envvar="LEDGERMEM_USER", default="local", show_default=True,
+              help="Whose memory to use. Env: LEDGERMEM_USER.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@click.version_option(package_name="ledgermem")
+@click.pass_context
+def main(ctx: click.Context, db: str | None, user: str, as_json: bool) -> None:
+    """Long-term memory for LLM agents."""
+    ctx.obj = Context(db, user, as_json)
+    ctx.call_on_close(ctx.obj.close)
+
+
+def _items_table(items: list[Item], title: str) -> Table:
+    table = Table(title=title)
+    for column in ("id", "category", "content", "conf", "context", "entity"):
+        table.add_column(column, overflow="fold")
+    for item in items:
+        table.add_row(item.id, item.category, item.content, f"{item.confidence:.2f}",
+                      item.context, item.entity or "")
+    return table
+
+
+@command(main)
+@click.argument("content")
+@click.option("--category", "-c", type=click.Choice(CATEGORIES), default="fact",
+              show_default=True)
+@click.option("--source", type=click.Choice(SOURCES), default="user", show_default=True)
+@click.option("--context", default="global", show_default=True)
+@click.option("--entity", default=None, help="type:name, e.g. person:sarah_chen")
+@click.option("--confidence", type=float, default=None)
+@click.option("--sensitive", is_flag=True)
+@click.option("--due", "due_at", default=None, help="Due date in any common form.")
+def remember(obj: Context, content: str, category: str, source: str, context: str,
+             entity: str | None, confidence: float | None, sensitive: bool,
+             due_at: str | None) -> None:
+    """Store a knowledge item."""
+    item = obj.handle(context).remember(content, category, source=source, entity=entity,
+                                        confidence=confidence, sensitive=sensitive,
+                                        due_at=due_at)
+    obj.emit(item, lambda: obj.console.print(f"remembered [bold]{item.id}[/]: {item.content}"))
+
+
+@command(main)
+@click.argument("query")
+@click.option("--top-k", "-k", type=int, default=5, show_default=True)
+@click.option("--category", "-c", type=click.Choice(CATEGORIES), default=None)
+@click.option("--context", default=None)
+@click.option("--entity", default=None)
+@click.option("--conversations", is_flag=True, help="Search past turns instead of knowledge.")
+def recall(obj: Context, query: str, top_k: int, category: str | None, context: str | None,
+           entity: str | None, conversations: bool) -> None:
+    """Search memory by keywords and meaning."""
+    handle = obj.handle()
+    if conversations:
+        hits = handle.search_conversations(query, limit=top_k)
+    else:
+        hits = handle.search(query, top_k=top_k, category=category, context=context,
+                             entity=entity)
+
+    def render() -> None:
+        if not hits:
+            obj.console.print("nothing found")
+            return
+        table = Table(title=f"recall: {query}")
+        for column in ("score", "id", "content", "why"):
+            table.add_column(column, overflow="fold")
+        for hit in hits:
+            why = ", ".join(f"{k}={v}" for k, v in hit.why.items())
+            table.add_row(f"{hit.score:.3f}", hit.id, hit.content, why)
+        obj.console.print(table)
+
+    obj.emit(hits, render)
+
+
+@command(main, "list")
+@click.option("--category", "-c", type=click.Choice(CATEGORIES), default=None)
+@click.option("--context", default=None)
+@click.option("--entity", default=None)
+@click.option("--sort", default="updated_at", show_default=True)
+@click.option("--order", type=click.Choice(["asc", "desc"]), default="desc", show_default=True)
+@click.option("--limit", type=int, default=50, show_default=True)
+@click.option("--offset", type=int, default=0, show_default=True)
+@click.option("--all", "include_superseded", is_flag=True, help="Include superseded items.")
+def list_(obj: Context, category: str | None, context: str | None, entity: str | None,
+          sort: str, order: str, limit: int, offset: int, include_superseded: bool) -> None:
+    """List knowledge items."""
+    page = obj.handle().all_knowledge(category=category, context=context, entity=entity,
+                                      sort=sort, order=order, limit=limit, offset=offset,
+                                      include_superseded=include_superseded)
+    obj.emit(page, lambda: obj.console.print(
+        _items_table(page["items"], f"{page['total']} items (showing {len(page['items'])})")))
+
+
+@command(main)
+@click.argument("item_id")
+def forget(obj: Context, item_id: str) -> None:
+    """Delete an item and blank its text everywhere."""
+    obj.handle().forget(item_id)
+    obj.emit({"forgotten": item_id}, lambda: obj.console.print(f"forgot {item_id}"))
+
+
+@command(main)
+@click.argument("item_id")
+def history(obj: Context, item_id: str) -> None:
+    """Every change of an item, from the ledger."""
+    events = obj.handle().history(item_id)
+
+    def render() -> None:
+        table = Table(title=f"history of {item_id}")
+        for column in ("ts", "kind", "payload"):
+            table.add_column(column, overflow="fold")
+        for event in events:
+            table.add_row(event.ts, event.kind, _summary(event))
+        obj.console.print(table)
+
+    obj.emit(events, render)
+
+
+def _summary(event: Event) -> str:
+    payload = event.payload
+    if "item" in payload:
+        return str(payload["item"].get("content"))
+    return json.dumps(payload, ensure_ascii=False)
+
+
+@command(main)
+def stats(obj: Context) -> None:
+    """Counts of what this user's memory holds."""
+    data = obj.handle().stats()
+
+    def render() -> None:
+        table = Table(title=f"memory of {obj.user}")
+        table.add_column("what")
+        table.add_column("value")
+        for key, value in data.items():
+            table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
+        obj.console.print(table)
+
+    obj.emit(data, render)
+
+
+@command(main)
+@click.option("--days", type=int, default=90, show_default=True)
+@click.option("--min-confidence", type=float, default=0.1, show_default=True)
+def prune(obj: Context, days: int, min_confidence: float) -> None:
+    """Drop old turns and tool calls, and unused low-confidence items."""
+    result = obj.handle().prune(days, min_confidence=min_confidence)
+    obj.emit(result, lambda: obj.console.print(
+        f"pruned {result['turns']} turns, {result['tool_calls']} tool calls, "
+        f"{result['items']} items"))
+
+
+@command(main)
+def rebuild(obj: Context) -> None:
+    """Re-derive every view and index from the ledger."""
+    obj.memory.rebuild()
+    obj.emit({"rebuilt": True}, lambda: obj.console.print("rebuilt every view from the ledger"))
+
