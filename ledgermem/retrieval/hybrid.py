@@ -6,10 +6,10 @@ fusion → salience → top k. Filters are applied by the store, before ranking.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from ..store.base import Store, TurnQuery
 from ..types import Hit, Item, ItemQuery, Turn
@@ -30,6 +30,7 @@ class SearchOptions:
         rrf_k: the reciprocal rank fusion constant.
         keyword_weight / vector_weight: each retriever's weight in fusion.
         salience: recency / importance / confidence weights.
+        mode: ``hybrid`` (both retrievers), ``keyword`` or ``vector`` only.
     """
 
     limit: int = 5
@@ -38,6 +39,7 @@ class SearchOptions:
     keyword_weight: float = 1.0
     vector_weight: float = 1.0
     salience: SalienceWeights = field(default_factory=SalienceWeights)
+    mode: Literal["hybrid", "keyword", "vector"] = "hybrid"
 
 
 class Searcher:
@@ -47,6 +49,15 @@ class Searcher:
         self.store = store
         self.embedder = embedder
         self.options = options
+
+    def _retrieve(self, query: str, pool: int, keyword: Any, vector: Any
+                  ) -> dict[str, list[tuple[str, float]]]:
+        ranked: dict[str, list[tuple[str, float]]] = {}
+        if self.options.mode != "vector":
+            ranked["keyword"] = self._keyword(query_terms(query), keyword, pool)
+        if self.options.mode != "keyword" and self.embedder is not None and query.strip():
+            ranked["vector"] = vector(self.embedder.embed_query(query), pool)
+        return ranked
 
     def _keyword(self, terms: list[str], search: Any, limit: int) -> list[tuple[str, float]]:
         found = search(terms, "and", limit)
@@ -59,14 +70,13 @@ class Searcher:
         self, user_id: str, query: str, filters: ItemQuery, limit: int, *, now: datetime
     ) -> list[Hit]:
         """Knowledge hits for ``query``, best first."""
-        terms = query_terms(query)
         pool = max(self.options.candidates, limit)
-        keyword = self._keyword(
-            terms,
+        ranked = self._retrieve(
+            query, pool,
             lambda t, mode, n: self.store.keyword_search_items(user_id, t, mode, filters, n),
-            pool,
+            lambda v, n: self.store.vector_search_items(user_id, v, filters, n),
         )
-        fused, why = self._fuse({"keyword": keyword})
+        fused, why = self._fuse(ranked)
         if not fused:
             return []
         items, _ = self.store.query_items(user_id, ItemQuery(
@@ -80,21 +90,20 @@ class Searcher:
         self, user_id: str, query: str, filters: TurnQuery, limit: int, *, now: datetime
     ) -> list[Hit]:
         """Conversation hits for ``query``, best first."""
-        terms = query_terms(query)
         pool = max(self.options.candidates, limit)
-        keyword = self._keyword(
-            terms,
+        ranked = self._retrieve(
+            query, pool,
             lambda t, mode, n: self.store.keyword_search_turns(user_id, t, mode, filters, n),
-            pool,
+            lambda v, n: self.store.vector_search_turns(user_id, v, filters, n),
         )
-        fused, why = self._fuse({"keyword": keyword})
+        fused, why = self._fuse(ranked)
         if not fused:
             return []
         turns = self.store.query_turns(user_id, TurnQuery(ids=tuple(fused)))
         return self._rank(fused, why, {t.id: t for t in turns}, limit, now,
                           lambda turn: (turn.ts, 0.5, 1.0))
 
-    def _fuse(self, ranked: dict[str, Sequence[tuple[str, float]]]
+    def _fuse(self, ranked: Mapping[str, Sequence[tuple[str, float]]]
               ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
         weights = {"keyword": self.options.keyword_weight, "vector": self.options.vector_weight}
         fused = rrf({name: [d for d, _ in hits] for name, hits in ranked.items()},

@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from ..types import Event, Item, ItemQuery, ToolCall, Turn
 
-__all__ = ["EmbeddingRow", "Store", "TurnQuery"]
+__all__ = ["Store", "TurnQuery"]
 
 Vector = npt.NDArray[np.float32]
 MatchMode = Literal["and", "or"]
@@ -39,15 +39,6 @@ class TurnQuery:
     time_to: str | None = None
     role: str | None = None
     ids: tuple[str, ...] | None = None
-
-
-@dataclass(frozen=True)
-class EmbeddingRow:
-    """A row's stored vector, as read by the vector index."""
-
-    id: str
-    user_id: str
-    vector: Vector
 
 
 @runtime_checkable
@@ -158,11 +149,21 @@ class Store(Protocol):
     def pending_embeddings(self, table: Table, limit: int) -> list[tuple[str, str]]:
         """(id, text) of rows, any user, that have no embedding yet."""
 
-    def set_embeddings(self, table: Table, rows: Sequence[tuple[str, Vector]], model: str) -> None:
-        """Store vectors for rows (derived data: no ledger event)."""
+    def set_embeddings(
+        self, table: Table, rows: Sequence[tuple[str, str, Vector]], model: str
+    ) -> int:
+        """Store vectors for (id, text it was made from, vector) rows; a row whose text
+        changed meanwhile is skipped. Derived data: no ledger event. Returns rows set."""
 
-    def embeddings_since(self, table: Table, cursor: int) -> tuple[list[EmbeddingRow], int]:
-        """Vectors written after ``cursor`` (any user) and the new cursor."""
+    def vector_search_items(
+        self, user_id: str, vector: Vector, query: ItemQuery, limit: int
+    ) -> list[tuple[str, float]]:
+        """Items by cosine similarity to ``vector`` (filters applied first), best first."""
+
+    def vector_search_turns(
+        self, user_id: str, vector: Vector, query: TurnQuery, limit: int
+    ) -> list[tuple[str, float]]:
+        """Turns by cosine similarity to ``vector`` (filters applied first), best first."""
 
     def clear_embeddings(self) -> None:
         """Drop every stored vector (when the embedding model changes)."""

@@ -67,7 +67,7 @@ def m0001_initial() -> tuple[str, ...]:
         "CREATE INDEX knowledge_user ON knowledge (user_id, category, context)",
         "CREATE INDEX knowledge_entity ON knowledge (user_id, entity)",
         "CREATE INDEX knowledge_due ON knowledge (user_id, due_at) WHERE due_at IS NOT NULL",
-        "CREATE INDEX knowledge_emb ON knowledge (emb_seq)",
+        "CREATE INDEX knowledge_emb ON knowledge (user_id, emb_seq)",
         """CREATE TABLE conversations (
             pk INTEGER PRIMARY KEY,
             id TEXT NOT NULL UNIQUE,
@@ -86,7 +86,7 @@ def m0001_initial() -> tuple[str, ...]:
         )""",
         "CREATE INDEX conversations_session ON conversations (user_id, session_id, ts)",
         "CREATE INDEX conversations_ts ON conversations (user_id, ts)",
-        "CREATE INDEX conversations_emb ON conversations (emb_seq)",
+        "CREATE INDEX conversations_emb ON conversations (user_id, emb_seq)",
         """CREATE TABLE tool_history (
             id TEXT PRIMARY KEY,
             user_id TEXT NOT NULL,

@@ -19,9 +19,11 @@ import numpy as np
 
 from ..clock import iso, system_clock
 from ..errors import SchemaMismatch, StorageError
-from .base import EmbeddingRow, MatchMode, Table, TurnQuery, Vector
+from ..types import ItemQuery
+from .base import MatchMode, Table, TurnQuery, Vector
 from .migrations import SQLITE_MIGRATIONS, Migration
 from .sql import Run, SQLStore, item_where_sql, turn_where_sql
+from .vector_index import UserVectors, VectorIndex
 
 __all__ = ["SQLiteStore", "fts_match_sql"]
 
@@ -59,6 +61,8 @@ class SQLiteStore(SQLStore):
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
         self._closed = False
+        self._indexes: dict[str, VectorIndex] = {"knowledge": VectorIndex(),
+                                                 "conversations": VectorIndex()}
         self._migrate(migrations)
 
     # connections ------------------------------------------------------------------
@@ -212,6 +216,11 @@ class SQLiteStore(SQLStore):
             "LIMIT ?", [fts_match_sql(terms, mode), *params, limit])
         return [(r[0], float(r[1])) for r in rows]
 
+    def rebuild(self) -> None:
+        super().rebuild()
+        for index in self._indexes.values():
+            index.reset()
+
     def rebuild_fts(self) -> None:
         """Rebuild both FTS5 indexes from their tables."""
         with self._writing() as run:
@@ -228,30 +237,79 @@ class SQLiteStore(SQLStore):
             "LIMIT ?", [limit])
         return [(r[0], r[1]) for r in rows]
 
-    def set_embeddings(self, table: Table, rows: Sequence[tuple[str, Vector]], model: str) -> None:
+    def set_embeddings(
+        self, table: Table, rows: Sequence[tuple[str, str, Vector]], model: str
+    ) -> int:
         name = _table(table)
+        done = 0
         with self._writing() as run:
-            seq = int(run("SELECT coalesce(max(emb_seq), 0) FROM knowledge", [])[0][0])
-            seq = max(seq, int(run("SELECT coalesce(max(emb_seq), 0) FROM conversations",
-                                   [])[0][0]))
-            for row_id, vector in rows:
+            seq = int(run(f"SELECT coalesce(max(emb_seq), 0) FROM {name}", [])[0][0])
+            for row_id, text, vector in rows:
                 seq += 1
-                run(f"UPDATE {name} SET embedding = ?, embedding_model = ?, emb_seq = ? "
-                    "WHERE id = ?", [np.asarray(vector, dtype=np.float32).tobytes(), model, seq,
-                                     row_id])
+                blob = np.asarray(vector, dtype=np.float32).tobytes()
+                done += len(run(f"UPDATE {name} SET embedding = ?, embedding_model = ?, "
+                                "emb_seq = ? WHERE id = ? AND content = ? RETURNING 1",
+                                [blob, model, seq, row_id, text]))
+        return done
 
-    def embeddings_since(self, table: Table, cursor: int) -> tuple[list[EmbeddingRow], int]:
-        rows = self._read(
-            f"SELECT emb_seq, id, user_id, embedding FROM {_table(table)} "
-            "WHERE emb_seq > ? AND embedding IS NOT NULL ORDER BY emb_seq", [cursor])
-        found = [EmbeddingRow(r[1], r[2], np.frombuffer(r[3], dtype=np.float32)) for r in rows]
-        return found, (int(rows[-1][0]) if rows else cursor)
+    def _vectors(self, table: Table, user_id: str, dims: int) -> UserVectors:
+        """This user's index, topped up with vectors written since it was last read."""
+        index = self._indexes[table]
+        with index.lock:
+            block = index.users.get(user_id)
+            if block is None or block.matrix.shape[1] != dims:
+                block = index.users[user_id] = UserVectors(dims)
+            rows = self._read(
+                f"SELECT emb_seq, id, embedding FROM {_table(table)} WHERE user_id = ? AND "
+                "emb_seq > ? AND embedding IS NOT NULL ORDER BY emb_seq", [user_id, block.cursor])
+            if rows:
+                block.upsert((r[1], np.frombuffer(r[2], dtype=np.float32)) for r in rows)
+                block.cursor = int(rows[-1][0])
+            return block
+
+    def _vector_search(self, table: Table, user_id: str, vector: Vector, where: str,
+                       params: list[Any], limit: int) -> list[tuple[str, float]]:
+        """Exact cosine ranking of the user's vectors, then the SQL filters on growing
+        slices of that ranking until ``limit`` rows pass (or every row was tried)."""
+        query = np.asarray(vector, dtype=np.float32)
+        block = self._vectors(table, user_id, query.shape[0])
+        if block.count == 0:
+            return []
+        order, scores = block.ranked(query)
+        found: list[tuple[str, float]] = []
+        start, step = 0, max(limit * 4, 64)
+        while len(found) < limit and start < block.count:
+            chunk = [int(i) for i in order[start:start + step] if np.isfinite(scores[i])]
+            start += step
+            step *= 4
+            if not chunk:
+                break
+            ids = [block.ids[i] for i in chunk]
+            keep = {r[0] for r in self._read(
+                f"SELECT id FROM {table} WHERE {where} AND id IN ({', '.join('?' * len(ids))})",
+                [*params, *ids])}
+            found += [(block.ids[i], float(scores[i])) for i in chunk if block.ids[i] in keep]
+        return found[:limit]
+
+    def vector_search_items(
+        self, user_id: str, vector: Vector, query: ItemQuery, limit: int
+    ) -> list[tuple[str, float]]:
+        where, params = item_where_sql(user_id, query)
+        return self._vector_search("knowledge", user_id, vector, where, params, limit)
+
+    def vector_search_turns(
+        self, user_id: str, vector: Vector, query: TurnQuery, limit: int
+    ) -> list[tuple[str, float]]:
+        where, params = turn_where_sql(user_id, query)
+        return self._vector_search("conversations", user_id, vector, where, params, limit)
 
     def clear_embeddings(self) -> None:
         with self._writing() as run:
             for table in ("knowledge", "conversations"):
                 run(f"UPDATE {table} SET embedding = NULL, embedding_model = NULL, "
                     "emb_seq = NULL", [])
+        for index in self._indexes.values():
+            index.reset()
 
     def _embedding_cache(self, run: Run) -> list[tuple[str, str, bytes, str, int]]:
         return [

@@ -1,0 +1,119 @@
+"""The background embedding worker.
+
+Writes never wait for embedding. The queue is not kept anywhere: it *is* the set of
+rows without a vector, so a crash or restart loses nothing. ``flush()`` embeds
+everything pending in the caller's thread and returns when none is left.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from ..errors import SchemaMismatch
+from ..providers.embedders import Embedder
+from ..store.base import Store, Table
+
+__all__ = ["EmbeddingWorker", "check_model"]
+
+log = logging.getLogger("ledgermem.embedding")
+TABLES: tuple[Table, ...] = ("knowledge", "conversations")
+
+
+def check_model(store: Store, embedder: Embedder) -> None:
+    """Record the embedder on a new store; refuse one that differs from the recorded.
+
+    Raises:
+        SchemaMismatch: the store holds vectors of another model or dimension.
+    """
+    model, dims = store.get_meta("embedding_model"), store.get_meta("embedding_dimensions")
+    if model is None:
+        store.set_meta("embedding_model", embedder.model_id)
+        store.set_meta("embedding_dimensions", str(embedder.dimensions))
+        return
+    if model != embedder.model_id or dims != str(embedder.dimensions):
+        raise SchemaMismatch(
+            f"{store.url} holds vectors of {model} ({dims} dimensions), not "
+            f"{embedder.model_id} ({embedder.dimensions}); open it with the same embedder, "
+            f"or migrate with `ledgermem reembed --embedder NAME`")
+
+
+class EmbeddingWorker:
+    """Embeds rows that lack a vector, in a daemon thread woken by ``notify``."""
+
+    def __init__(self, store: Store, embedder: Embedder, *, batch_size: int = 64) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.batch_size = batch_size
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._busy = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self.failures = 0
+
+    def notify(self) -> None:
+        """Something was written: embed it soon."""
+        with self._start_lock:
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(target=self._loop, name="ledgermem-embed",
+                                                daemon=True)
+                self._thread.start()
+        self._wake.set()
+
+    def run_once(self) -> int:
+        """Embed one batch per table; returns how many rows got a vector."""
+        done = 0
+        for table in TABLES:
+            rows = self.store.pending_embeddings(table, self.batch_size)
+            if not rows:
+                continue
+            vectors = self.embedder.embed_batch([text for _, text in rows])
+            done += self.store.set_embeddings(
+                table, [(row_id, text, vectors[i]) for i, (row_id, text) in enumerate(rows)],
+                self.embedder.model_id)
+        return done
+
+    def pending(self) -> bool:
+        """Whether any row still lacks a vector."""
+        return any(self.store.pending_embeddings(t, 1) for t in TABLES)
+
+    def flush(self) -> int:
+        """Embed everything pending now; returns how many rows were embedded."""
+        total, idle = 0, 0
+        with self._busy:
+            while self.pending():
+                embedded = self.run_once()
+                total += embedded
+                # Zero means every row changed under us; a few retries settle it.
+                idle = 0 if embedded else idle + 1
+                if idle > 50:
+                    raise RuntimeError("rows keep changing while being embedded")
+            return total
+
+    def _loop(self) -> None:
+        delay = 0.5
+        while not self._stop.is_set():
+            self._wake.wait()
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                with self._busy:
+                    while not self._stop.is_set() and self.run_once():
+                        pass
+                delay = 0.5
+            except Exception:  # the worker must outlive a failing model or a busy store
+                self.failures += 1
+                log.exception("embedding failed; retrying in %.1fs", delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 30.0)
+                self._wake.set()
+
+    def close(self) -> None:
+        """Stop the thread (pending rows stay pending in the store)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
