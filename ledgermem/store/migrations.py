@@ -7,8 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import groupby
+
+from .sql import CONTEXT_TURNS, Run, spoken_day
 
 __all__ = ["SQLITE_MIGRATIONS", "Migration"]
+
+
+Step = str | Callable[[Run], None]
+"""A SQL statement, or a function given the transaction's statement runner."""
 
 
 @dataclass(frozen=True)
@@ -17,7 +24,7 @@ class Migration:
 
     version: int
     name: str
-    statements: tuple[str, ...]
+    statements: tuple[Step, ...]
 
 
 def m0001_initial() -> tuple[str, ...]:
@@ -128,9 +135,51 @@ def m0002_add_fts() -> tuple[str, ...]:
     )
 
 
+def m0003_add_embedding_staging() -> tuple[str, ...]:
+    """Vectors of a new model, kept apart while ``reembed`` runs."""
+    return (
+        """CREATE TABLE embedding_staging (
+            table_name TEXT NOT NULL,
+            id TEXT NOT NULL,
+            model TEXT NOT NULL,
+            content TEXT NOT NULL,
+            vector BLOB NOT NULL,
+            PRIMARY KEY (table_name, id, model)
+        )""",
+    )
+
+
+def _backfill_turn_context(run: Run) -> None:
+    rows = run("SELECT pk, session_id, user_id, content, ts FROM conversations "
+               "ORDER BY user_id, session_id, ts, pk", [])
+    n = CONTEXT_TURNS
+    for _, group in groupby(rows, key=lambda r: (r[2], r[1])):
+        turns = list(group)
+        for i, (pk, _, _, _, ts) in enumerate(turns):
+            around = [turns[j][3] for j in range(max(0, i - n), min(len(turns), i + n + 1))
+                      if j != i]
+            run("UPDATE conversations SET context = ?, day = ? WHERE pk = ?",
+                ["\n".join(around), spoken_day(ts), pk])
+
+
+def m0004_add_turn_context() -> tuple[Step, ...]:
+    """Index each turn with its neighbours' text and its day in words."""
+    return (
+        "ALTER TABLE conversations ADD COLUMN context TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE conversations ADD COLUMN day TEXT NOT NULL DEFAULT ''",
+        "DROP TRIGGER conversations_ai",
+        "DROP TRIGGER conversations_ad",
+        "DROP TRIGGER conversations_au",
+        "DROP TABLE conversations_fts",
+        _backfill_turn_context,
+        *_fts_sql("conversations", ("content", "name", "context", "day")),
+    )
+
+
 SQLITE_MIGRATIONS: tuple[Migration, ...] = tuple(
     Migration(number, fn.__name__.split("_", 1)[1], fn())
-    for number, fn in enumerate((m0001_initial, m0002_add_fts), start=1)
+    for number, fn in enumerate(
+        (m0001_initial, m0002_add_fts, m0003_add_embedding_staging, m0004_add_turn_context),
+        start=1)
 )
 
-MigrationFn = Callable[[], tuple[str, ...]]

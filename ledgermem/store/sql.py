@@ -11,6 +11,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from datetime import datetime
 from typing import Any, Literal
 
 from ..types import Event, Item, ItemQuery, ToolCall, Turn
@@ -41,6 +42,15 @@ SORTABLE = frozenset(
     {"created_at", "updated_at", "confidence", "last_used_at", "use_count", "category", "due_at"}
 )
 REDACTED = "[forgotten]"
+CONTEXT_TURNS = 2
+"""Neighbouring turns on each side whose text is indexed with a turn."""
+
+
+def spoken_day(timestamp: str) -> str:
+    """``2023-05-08T13:56:00+00:00`` → ``8 May 2023 Monday``: the day in words, so
+    keyword search matches questions that name a date or month."""
+    moment = datetime.fromisoformat(timestamp)
+    return f"{moment.day} {moment:%B %Y %A}"
 
 
 def item_from_row(row: Sequence[Any]) -> Item:
@@ -192,10 +202,13 @@ class SQLStore(ABC):
                     run(f"DELETE FROM {table} WHERE user_id = ? AND id IN ({_marks(len(chunk))})",
                         [uid, *chunk])
         elif kind.startswith("turn.") and kind != "turn.consolidated":
-            run(f"INSERT INTO conversations ({', '.join(TURN_COLUMNS)}) VALUES ({_marks(10)})",
-                [event.subject_id or event.id, uid, event.agent_id, event.session_id,
-                 data["role"], data.get("name"), data["content"], data.get("at", event.ts),
-                 None, json.dumps(data.get("metadata") or {})])
+            turn_id, at = event.subject_id or event.id, data.get("at", event.ts)
+            run(f"INSERT INTO conversations ({', '.join(TURN_COLUMNS)}, day) VALUES "
+                f"({_marks(11)})",
+                [turn_id, uid, event.agent_id, event.session_id, data["role"], data.get("name"),
+                 data["content"], at, None, json.dumps(data.get("metadata") or {}),
+                 spoken_day(at)])
+            self._refresh_context(run, uid, event.session_id, at)
         elif kind == "turn.consolidated":
             for chunk in iter_chunks(data["ids"]):
                 run(f"UPDATE conversations SET consolidated_at = ? WHERE user_id = ? AND id IN "
@@ -205,6 +218,28 @@ class SQLStore(ABC):
                 [event.subject_id or event.id, uid, event.agent_id, event.session_id,
                  data["name"], json.dumps(data.get("arguments") or {}), bool(data["success"]),
                  data.get("duration_ms"), data.get("error"), event.ts])
+
+    def _refresh_context(self, run: Run, user_id: str, session_id: str | None, at: str) -> None:
+        """Recompute the neighbour text of the turns around a new one.
+
+        A turn's ``context`` holds the text of up to ``CONTEXT_TURNS`` turns on each
+        side in its session; keyword search weighs it lightly, so a short reply ("Yes,
+        in May!") can be found by what it answers.
+        """
+        n = CONTEXT_TURNS
+        before = run("SELECT pk, content FROM conversations WHERE user_id = ? AND "
+                     "session_id = ? AND ts <= ? ORDER BY ts DESC, pk DESC LIMIT ?",
+                     [user_id, session_id, at, 2 * n + 1])[::-1]
+        after = run("SELECT pk, content FROM conversations WHERE user_id = ? AND "
+                    "session_id = ? AND ts > ? ORDER BY ts, pk LIMIT ?",
+                    [user_id, session_id, at, 2 * n])
+        window = before + after
+        new_at = len(before) - 1
+        for i in range(max(0, new_at - n), min(len(window), new_at + n + 1)):
+            around = [window[j][1] for j in range(max(0, i - n), min(len(window), i + n + 1))
+                      if j != i]
+            run("UPDATE conversations SET context = ? WHERE pk = ?",
+                ["\n".join(around), window[i][0]])
 
     def events(
         self,

@@ -28,6 +28,8 @@ from .vector_index import UserVectors, VectorIndex
 __all__ = ["SQLiteStore", "fts_match_sql"]
 
 LOCK_RETRY_S = 120.0
+_TURN_BM25 = "bm25(conversations_fts, 1.0, 1.0, 0.4, 1.0)"
+"""Column weights: content, speaker name, neighbours' text (light), day in words."""
 
 
 def fts_match_sql(terms: Sequence[str], mode: MatchMode) -> str:
@@ -184,8 +186,11 @@ class SQLiteStore(SQLStore):
                 done = run("SELECT 1 FROM schema_version WHERE version = ?", [migration.version])
                 if done:
                     continue
-                for statement in migration.statements:
-                    run(statement, [])
+                for step in migration.statements:
+                    if isinstance(step, str):
+                        run(step, [])
+                    else:
+                        step(run)
                 run("INSERT INTO schema_version (version, name, applied_at) VALUES (?, ?, ?)",
                     [migration.version, migration.name, iso(system_clock())])
 
@@ -210,10 +215,10 @@ class SQLiteStore(SQLStore):
             return []
         where, params = turn_where_sql(user_id, query, prefix="c.")
         rows = self._read(
-            "SELECT c.id, -bm25(conversations_fts) AS score FROM conversations_fts "
+            f"SELECT c.id, -{_TURN_BM25} AS score FROM conversations_fts "
             "JOIN conversations AS c ON c.pk = conversations_fts.rowid "
-            f"WHERE conversations_fts MATCH ? AND {where} ORDER BY bm25(conversations_fts) "
-            "LIMIT ?", [fts_match_sql(terms, mode), *params, limit])
+            f"WHERE conversations_fts MATCH ? AND {where} ORDER BY {_TURN_BM25} LIMIT ?",
+            [fts_match_sql(terms, mode), *params, limit])
         return [(r[0], float(r[1])) for r in rows]
 
     def rebuild(self) -> None:
@@ -243,6 +248,10 @@ class SQLiteStore(SQLStore):
         name = _table(table)
         done = 0
         with self._writing() as run:
+            live = run("SELECT value FROM meta WHERE key = 'embedding_model'", [])
+            if live and live[0][0] != model:
+                raise SchemaMismatch(f"{self.url} now uses {live[0][0]}; restart with that "
+                                     f"embedder instead of {model}")
             seq = int(run(f"SELECT coalesce(max(emb_seq), 0) FROM {name}", [])[0][0])
             for row_id, text, vector in rows:
                 seq += 1
@@ -302,6 +311,46 @@ class SQLiteStore(SQLStore):
     ) -> list[tuple[str, float]]:
         where, params = turn_where_sql(user_id, query)
         return self._vector_search("conversations", user_id, vector, where, params, limit)
+
+    def unstaged(self, table: Table, model: str, limit: int) -> list[tuple[str, str]]:
+        name = _table(table)
+        rows = self._read(
+            f"SELECT t.id, t.content FROM {name} AS t LEFT JOIN embedding_staging AS s ON "
+            "s.table_name = ? AND s.id = t.id AND s.model = ? AND s.content = t.content "
+            "WHERE s.id IS NULL ORDER BY t.pk LIMIT ?", [name, model, limit])
+        return [(r[0], r[1]) for r in rows]
+
+    def stage_embeddings(
+        self, table: Table, rows: Sequence[tuple[str, str, Vector]], model: str
+    ) -> None:
+        name = _table(table)
+        with self._writing() as run:
+            for row_id, text, vector in rows:
+                run("INSERT OR REPLACE INTO embedding_staging (table_name, id, model, content, "
+                    "vector) VALUES (?, ?, ?, ?, ?)",
+                    [name, row_id, model, text, np.asarray(vector, dtype=np.float32).tobytes()])
+
+    def promote_staged(self, model: str, dimensions: int) -> bool:
+        with self._writing() as run:
+            for table in ("knowledge", "conversations"):
+                if run(f"SELECT 1 FROM {table} AS t LEFT JOIN embedding_staging AS s ON "
+                       "s.table_name = ? AND s.id = t.id AND s.model = ? AND "
+                       "s.content = t.content WHERE s.id IS NULL LIMIT 1", [table, model]):
+                    return False
+            for table in ("knowledge", "conversations"):
+                seq = int(run(f"SELECT coalesce(max(emb_seq), 0) FROM {table}", [])[0][0])
+                run(f"UPDATE {table} SET embedding = s.vector, embedding_model = s.model, "
+                    f"emb_seq = ? + {table}.pk FROM embedding_staging AS s WHERE "
+                    f"s.table_name = ? AND s.id = {table}.id AND s.model = ?",
+                    [seq, table, model])
+            run("DELETE FROM embedding_staging", [])
+            for key, value in (("embedding_model", model),
+                               ("embedding_dimensions", str(dimensions))):
+                run("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE "
+                    "SET value = excluded.value", [key, value])
+        for index in self._indexes.values():
+            index.reset()
+        return True
 
     def clear_embeddings(self) -> None:
         with self._writing() as run:

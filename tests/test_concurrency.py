@@ -1,0 +1,90 @@
+"""Many threads on one Memory, and many processes on one file."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from collections import Counter
+from pathlib import Path
+
+from ledgermem import Memory
+from ledgermem.store.migrations import SQLITE_MIGRATIONS
+from tests.workers import write_items_and_turns
+
+THREADS, PER_THREAD = 8, 50
+PROCESSES, PER_PROCESS = 4, 100
+LATEST = max(m.version for m in SQLITE_MIGRATIONS)
+
+
+def unique_text(thread: int, n: int) -> str:
+    """Texts sharing no word with each other, so dedup never merges two of them."""
+    return " ".join(f"t{thread}n{n}w{i}" for i in range(5))
+
+
+def test_threads_remember_and_search_concurrently(mem: Memory) -> None:
+    errors: list[BaseException] = []
+    made: list[str] = []
+    lock = threading.Lock()
+    start = threading.Barrier(THREADS)
+
+    def work(thread: int) -> None:
+        try:
+            user = mem.for_user("alice")
+            start.wait(timeout=30)
+            for n in range(PER_THREAD):
+                item = user.remember(unique_text(thread, n), metadata={"thread": thread})
+                with lock:
+                    made.append(item.id)
+                if n % 5 == 0:
+                    user.search(f"t{(thread + 1) % THREADS}n{n}w0 t{thread}n0w1")
+                    user.all_knowledge(limit=10)
+        except BaseException as exc:  # reported below, in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors, errors
+    assert not any(t.is_alive() for t in threads)
+
+    alice = mem.for_user("alice")
+    items = alice.all_knowledge(limit=None)["items"]
+    assert len(items) == THREADS * PER_THREAD == len(set(made))
+    assert {i.id for i in items} == set(made)
+    assert Counter(i.metadata["thread"] for i in items) == dict.fromkeys(range(THREADS),
+                                                                          PER_THREAD)
+    for thread in range(THREADS):
+        assert [h.content for h in alice.search(unique_text(thread, 7), touch=False,
+                                                top_k=1)] == [unique_text(thread, 7)]
+    assert alice.stats()["events"] >= THREADS * PER_THREAD
+
+
+def test_processes_write_the_same_file_concurrently(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"  # not created yet: the children race to create it too
+    ctx = multiprocessing.get_context("spawn")
+    start = ctx.Barrier(PROCESSES)
+    children = [ctx.Process(target=write_items_and_turns,
+                            args=(str(path), worker, PER_PROCESS, start))
+                for worker in range(PROCESSES)]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(timeout=180)
+    assert [c.exitcode for c in children] == [0] * PROCESSES
+
+    with Memory.open(path, embedder=None) as memory:
+        user = memory.for_user("shared")
+        items = user.all_knowledge(limit=None)["items"]
+        assert len(items) == PROCESSES * PER_PROCESS
+        assert Counter(i.metadata["worker"] for i in items) == dict.fromkeys(
+            range(PROCESSES), PER_PROCESS)
+        assert len(user.recent_conversations(limit=10_000)) == PROCESSES * PER_PROCESS
+        assert sorted((s["session_id"], s["turns"]) for s in user.sessions()) == [
+            (f"worker-{w}", PER_PROCESS) for w in range(PROCESSES)]
+        stats = user.stats()
+        assert (stats["items"], stats["turns"], stats["events"]) == (
+            PROCESSES * PER_PROCESS, PROCESSES * PER_PROCESS, 2 * PROCESSES * PER_PROCESS)
+        assert memory.store.schema_version() == LATEST  # type: ignore[attr-defined]
+        assert len(user.search("worker3 item42", touch=False, top_k=1)) == 1
