@@ -13,6 +13,7 @@ import secrets
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 
@@ -60,7 +61,12 @@ def parse_when(value: str | datetime | date, *, now: datetime | None = None) -> 
     if relative is not None:
         return relative
     try:
-        parsed = date_parser.parse(text, default=datetime(base.year, base.month, base.day))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", date_parser.UnknownTimezoneWarning)
+            parsed = date_parser.parse(text, default=datetime(base.year, base.month, base.day))
+    except date_parser.UnknownTimezoneWarning as exc:
+        raise InvalidInput(f"unknown time zone in {value!r}; give an offset such as "
+                           "-08:00 or +01:00") from exc
     except (ValueError, OverflowError) as exc:
         raise InvalidInput(f"cannot read a date from {value!r}") from exc
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)

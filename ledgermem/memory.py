@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import importlib
+import json
+import logging
+import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from .clock import Clock, iso, new_id, parse_when, system_clock
 from .errors import ConfigError, InvalidInput, NotFound
+from .pipeline.extraction import ExtractionOptions, ExtractionWorker
+from .pipeline.maintenance import MaintenanceOptions, maintain_user, sum_results
+from .pipeline.timeline import MEMORY_KINDS, lineage, matches, rank_by_overlap, replay, valid_at
 from .providers.embedders import embedder_from_name
+from .providers.llm import LLM
 from .retrieval.embedding import EmbeddingWorker, check_model
 from .retrieval.hybrid import Searcher, SearchOptions
 from .retrieval.keyword import query_terms, word_set
@@ -32,10 +39,13 @@ from .types import (
 
 __all__ = ["Memory", "UserMemory", "default_path"]
 
+log = logging.getLogger("ledgermem")
+
 ROLES = ("user", "assistant", "system", "tool")
 DEDUP_OVERLAP = 0.8
 RECALL_BOOST = 0.02
 _UNSET: Any = object()
+TRUNCATION_KEYS = frozenset({"truncated", "original_length"})
 
 
 def default_path() -> Path:
@@ -73,6 +83,20 @@ def open_store(url: str | Path | None) -> Store:
 class Memory:
     """Long-term memory over one store. Thread-safe; get a scoped handle per user.
 
+    Args:
+        store: where the ledger and its views live.
+        embedder: an ``Embedder`` for vector search (None: keyword search only).
+        llm: an ``LLM`` for extraction, reconciliation and consolidation (None is a
+            normal mode: turns are kept, verbatim writes work, LLM steps are skipped
+            and say so in ``UserMemory.status()``).
+        clock: the time source (inject one in tests).
+        search: tuning of hybrid search.
+        extraction: tuning of extraction (``ExtractionOptions``).
+        extraction_instructions: what extraction should keep, replacing the default
+            (durable facts about the user; nothing about what the assistant did).
+        maintenance: caps and thresholds of ``maintain`` (``MaintenanceOptions``).
+        maintain_on_start: run ``maintain()`` for every user in a background thread now.
+
     Example:
         >>> mem = Memory.open("memory.db")            # doctest: +SKIP
         >>> alice = mem.for_user("alice")               # doctest: +SKIP
@@ -84,9 +108,13 @@ class Memory:
         store: Store,
         *,
         embedder: Any = None,
-        llm: Any = None,
+        llm: LLM | None = None,
         clock: Clock = system_clock,
         search: SearchOptions | None = None,
+        extraction: ExtractionOptions | None = None,
+        extraction_instructions: str | None = None,
+        maintenance: MaintenanceOptions | None = None,
+        maintain_on_start: bool = False,
     ) -> None:
         self.store = store
         self.embedder = embedder
@@ -99,6 +127,27 @@ class Memory:
             self._embedding = EmbeddingWorker(store, embedder)
             if self._embedding.pending():
                 self._embedding.notify()
+        self.extraction_instructions = extraction_instructions
+        self.maintenance = maintenance or MaintenanceOptions()
+        self.skipped: dict[str, str] = {}
+        """Pipeline steps this configuration skips, and why (see ``UserMemory.status``)."""
+        if llm is None:
+            self.skipped = dict.fromkeys(("extraction", "reconcile", "consolidate"),
+                                         "no LLM configured")
+        elif embedder is None:
+            self.skipped["reconcile"] = "no embedder configured (it compares vectors)"
+        self._reported: set[str] = set()
+        self._extraction: ExtractionWorker | None = None
+        if llm is not None:
+            self._extraction = ExtractionWorker(self, options=extraction,
+                                                instructions=extraction_instructions)
+            if self._extraction.pending():
+                self._extraction.notify()
+        self._maintainer: threading.Thread | None = None
+        if maintain_on_start:
+            self._maintainer = threading.Thread(target=self._maintain_in_background,
+                                                name="ledgermem-maintain", daemon=True)
+            self._maintainer.start()
 
     @classmethod
     def open(cls, url: str | Path | None = None, *, embedder: Any = "default",
@@ -120,12 +169,39 @@ class Memory:
             raise
 
     def flush(self) -> int:
-        """Finish pending background work (embedding); returns rows embedded."""
+        """Finish pending background work: extraction first (it writes items), then
+        embedding. Returns rows embedded."""
+        if self._extraction is not None:
+            self._extraction.flush()
         return self._embedding.flush() if self._embedding else 0
 
     def _written(self) -> None:
         if self._embedding is not None:
             self._embedding.notify()
+
+    def _queued(self) -> None:
+        if self._extraction is not None:
+            self._extraction.notify()
+        else:
+            self.report_skipped("extraction")
+
+    def report_skipped(self, step: str, why: str | None = None) -> None:
+        """Log (INFO, once per step) that a pipeline step is skipped, and why."""
+        if step in self._reported:
+            return
+        self._reported.add(step)
+        log.info("%s skipped: %s", step, why or self.skipped.get(step, "not configured"))
+
+    def maintain(self) -> dict[str, Any]:
+        """Run ``UserMemory.maintain`` for every user; returns each step's counts summed
+        over users, ``users`` and ``skipped``."""
+        return sum_results([self.for_user(user).maintain() for user in self.store.user_ids()])
+
+    def _maintain_in_background(self) -> None:
+        try:
+            self.maintain()
+        except Exception:  # start-up maintenance must not take the process down
+            log.exception("start-up maintenance failed")
 
     def for_user(
         self, user_id: str, agent_id: str | None = None, context: str = "global",
@@ -144,6 +220,10 @@ class Memory:
 
     def close(self) -> None:
         """Stop background work and release the store's connections."""
+        if self._extraction is not None:
+            self._extraction.close()
+        if self._maintainer is not None:
+            self._maintainer.join(timeout=10)
         if self._embedding is not None:
             self._embedding.close()
         self.store.close()
@@ -169,6 +249,11 @@ class UserMemory:
     @property
     def user_id(self) -> str:
         return self.scope.user_id
+
+    @property
+    def memory(self) -> Memory:
+        """The ``Memory`` this handle belongs to."""
+        return self._memory
 
     def flush(self) -> int:
         """Finish pending background work (see ``Memory.flush``)."""
@@ -208,12 +293,16 @@ class UserMemory:
         sensitive: bool = False,
         due_at: str | datetime | None = None,
         metadata: Mapping[str, Any] | None = None,
+        valid_from: str | datetime | None = None,
+        reason: str | None = None,
     ) -> Item:
         """Store a knowledge item verbatim, or refresh a near-duplicate of it.
 
         An active item of the same category, context and entity whose words overlap
         this one by more than 80% (Szymkiewicz–Simpson) is updated instead of adding
         a second copy. Content over 2,000 characters is cut and flagged in metadata.
+        ``valid_from`` is when the fact became true (default: now); ``reason`` is kept
+        in the ledger entry (see ``history``).
 
         Raises:
             InvalidInput: empty content, unknown category or source, confidence
@@ -238,26 +327,36 @@ class UserMemory:
                     changes["sensitive"] = True
                 if due is not None:
                     changes["due_at"] = due
-                if meta:
-                    changes["metadata"] = {**twin.metadata, **meta}
-                return self._change(twin, changes, reason="dedup", source=source)
+                merged = _merge_metadata(twin.metadata, meta)
+                if merged != twin.metadata:
+                    changes["metadata"] = merged
+                return self._change(twin, changes, reason="dedup", source=source,
+                                    extra={"why": reason} if reason else None)
             item = Item(
                 id=new_id(), user_id=self.user_id, agent_id=self.scope.agent_id,
                 category=category, content=text, domain=domain, source=source,
                 confidence=conf, context=ctx, entity=ent, sensitive=bool(sensitive),
-                due_at=due, created_at=now, updated_at=now, valid_from=now, metadata=meta,
+                due_at=due, created_at=now, updated_at=now,
+                valid_from=self._when(valid_from) or now, metadata=meta,
             )
-            self._store.append([self._event("memory.added", {"item": asdict(item)},
-                                            subject_id=item.id, ts=now)])
+            payload: dict[str, Any] = {"item": asdict(item)}
+            if reason:
+                payload["reason"] = reason
+            self._store.append([self._event("memory.added", payload, subject_id=item.id,
+                                            ts=now)])
         self._memory._written()
         return item
 
     def _duplicate_of(self, text: str, category: str, context: str, entity: str | None
                       ) -> Item | None:
+        query = ItemQuery(category=category, context=context, entity=entity)
+        same = self._store.query_items(self.user_id, replace(query, content=text), limit=5)[0]
+        for candidate in same:
+            if candidate.entity == entity:
+                return candidate
         words = word_set(text)
         if not words:
             return None
-        query = ItemQuery(category=category, context=context, entity=entity)
         found = self._store.keyword_search_items(self.user_id, query_terms(text, max_terms=64),
                                                  "or", query, 20)
         for item_id, _ in found:
@@ -270,8 +369,9 @@ class UserMemory:
         return None
 
     def _change(self, item: Item, changes: dict[str, Any], *, reason: str,
-                source: str | None = None, kind: str = "memory.updated") -> Item:
-        payload: dict[str, Any] = {"changes": changes, "reason": reason}
+                source: str | None = None, kind: str = "memory.updated",
+                extra: Mapping[str, Any] | None = None) -> Item:
+        payload: dict[str, Any] = {"changes": changes, "reason": reason, **(extra or {})}
         if source:
             payload["source"] = source
         if "content" in changes:
@@ -302,8 +402,9 @@ class UserMemory:
         changes: dict[str, Any] = {}
         if content is not _UNSET:
             changes["content"], meta = _clean_content(content, None)
-            if meta:
-                changes["metadata"] = {**item.metadata, **meta}
+            meta = _merge_metadata(item.metadata, meta)
+            if meta != item.metadata:
+                changes["metadata"] = meta
         if category is not _UNSET:
             changes["category"] = _check_choice("category", category, CATEGORIES)
         if domain is not _UNSET:
@@ -320,7 +421,8 @@ class UserMemory:
             changes["due_at"] = self._when(due_at)
             changes["reminded_at"] = None
         if metadata is not _UNSET:
-            changes["metadata"] = {**changes.get("metadata", item.metadata), **dict(metadata)}
+            changes["metadata"] = {**changes.get("metadata", item.metadata),
+                                   **_jsonable(dict(metadata), "metadata")}
         if not changes:
             return item
         changes["updated_at"] = self._now()
@@ -362,10 +464,134 @@ class UserMemory:
         """Erase every trace of this user, the ledger included. Returns events removed."""
         return self._store.delete_user(self.user_id)
 
+    # knowledge: versions ----------------------------------------------------------
+    def revise(
+        self,
+        item_id: str,
+        content: str,
+        *,
+        category: str | None = None,
+        context: str | None = None,
+        entity: str | None = None,
+        sensitive: bool | None = None,
+        due_at: str | datetime | None = None,
+        source: str = "user",
+        reason: str = "revised",
+        turn_ids: Sequence[str] | None = None,
+        at: str | datetime | None = None,
+    ) -> Item:
+        """Replace an active item by a new version (a new id) that supersedes it.
+
+        The new version takes the given fields and the old one's for the rest. The old
+        one gets ``superseded_by`` and ``valid_to`` (``at``, default now) and stays in
+        ``history``, ``get(..., as_of=…)`` and ``include_superseded`` searches;
+        ``restore`` brings it back. Unlike ``update``, nothing is overwritten.
+        """
+        old = self._require(item_id)
+        if not old.active:
+            raise InvalidInput(f"memory {item_id!r} is not active; restore it first")
+        text, meta = _clean_content(content, None)
+        _check_choice("source", source, SOURCES)
+        now = self._now()
+        when = max(self._when(at) or now, old.valid_from or "")
+        metadata = {k: v for k, v in old.metadata.items()
+                    if k not in ("turn_ids", "supersedes", "truncated", "original_length")}
+        metadata.update(meta, supersedes=old.id)
+        if turn_ids:
+            metadata["turn_ids"] = list(turn_ids)
+        new = replace(
+            old, id=new_id(), content=text, source=source,
+            category=old.category if category is None else _check_choice(
+                "category", category, CATEGORIES),
+            context=old.context if context is None else _clean_context(context),
+            entity=old.entity if entity is None else _clean_entity(entity),
+            sensitive=old.sensitive if sensitive is None else bool(sensitive),
+            due_at=old.due_at if due_at is None else self._when(due_at),
+            reminded_at=old.reminded_at if due_at is None else None,
+            confidence=max(old.confidence, START_CONFIDENCE[source]), created_at=now,
+            updated_at=now, valid_from=when, valid_to=None, superseded_by=None,
+            last_used_at=None, use_count=0, metadata=metadata,
+        )
+        why = _why(reason, source, turn_ids)
+        self._store.append([
+            self._event("memory.added", {"item": asdict(new), "supersedes": old.id, **why},
+                        subject_id=new.id, ts=now),
+            self._event("memory.superseded", {
+                "changes": {"superseded_by": new.id, "valid_to": when, "updated_at": now},
+                "by": new.id, **why}, subject_id=old.id, ts=now),
+        ])
+        self._memory._written()
+        return new
+
+    def invalidate(
+        self, item_id: str, *, reason: str = "no longer true", source: str | None = None,
+        turn_ids: Sequence[str] | None = None, at: str | datetime | None = None,
+    ) -> Item:
+        """Mark an active item as no longer true: ``valid_to`` is set (``at``, default
+        now) and nothing is erased; ``restore`` brings it back."""
+        item = self._require(item_id)
+        if not item.active:
+            raise InvalidInput(f"memory {item_id!r} is not active")
+        now = self._now()
+        when = max(self._when(at) or now, item.valid_from or "")
+        self._store.append([self._event("memory.invalidated", {
+            "changes": {"valid_to": when, "updated_at": now},
+            **_why(reason, source, turn_ids)}, subject_id=item.id, ts=now)])
+        return self._require(item.id)
+
+    def restore(self, item_id: str, *, reason: str = "restored") -> Item:
+        """Make a superseded or invalidated version active again (undo).
+
+        If newer versions replaced it, the active one of them is invalidated, so one
+        version of the fact is active. Both changes are ledger events (``history``).
+        An item that is already active is returned unchanged.
+        """
+        item = self._require(item_id)
+        if item.active:
+            return item
+        now = self._now()
+        events = [self._event("memory.restored", {
+            "changes": {"valid_to": None, "superseded_by": None, "updated_at": now},
+            "reason": reason, "source": "user"}, subject_id=item.id, ts=now)]
+        successor = self._active_successor(item)
+        if successor is not None:
+            events.append(self._event("memory.invalidated", {
+                "changes": {"valid_to": max(now, successor.valid_from or ""),
+                            "updated_at": now},
+                "reason": f"{reason}: an earlier version is back", "source": "user",
+                "restored": item.id}, subject_id=successor.id, ts=now))
+        self._store.append(events)
+        return self._require(item.id)
+
+    def _active_successor(self, item: Item) -> Item | None:
+        seen, next_id = {item.id}, item.superseded_by
+        while next_id is not None and next_id not in seen:
+            seen.add(next_id)
+            found = self._store.get_item(self.user_id, next_id)
+            if found is None or found.active:
+                return found
+            next_id = found.superseded_by
+        return None
+
     # knowledge: reads -------------------------------------------------------------
-    def get(self, item_id: str) -> Item:
-        """One item by id. Raises ``NotFound`` for ids outside this user's memory."""
-        return self._require(item_id)
+    def get(self, item_id: str, *, as_of: str | datetime | None = None) -> Item:
+        """One item by id. Raises ``NotFound`` for ids outside this user's memory.
+
+        With ``as_of``, the item as the ledger knew it at that time (its ``valid_to``
+        and ``superseded_by`` say whether it was still true); ``NotFound`` if it was not
+        known yet, or has been forgotten since.
+        """
+        if as_of is None:
+            return self._require(item_id)
+        item = self._known_at(as_of)[1].get(item_id)
+        if item is None:
+            raise NotFound(f"no memory {item_id!r} at {as_of}")
+        return item
+
+    def _known_at(self, as_of: str | datetime) -> tuple[str, dict[str, Item]]:
+        moment = self._when(as_of)
+        assert moment is not None
+        return moment, replay(self._store.events(self.user_id, kinds=MEMORY_KINDS), moment)
 
     def search(
         self,
@@ -380,11 +606,16 @@ class UserMemory:
         time_to: str | datetime | None = None,
         include_superseded: bool = False,
         touch: bool = True,
+        as_of: str | datetime | None = None,
     ) -> list[Hit]:
         """Find knowledge by keywords and meaning, best first.
 
         Filters apply before ranking. Each hit's ``why`` says how it ranked. Every item
         returned gains +0.02 confidence and a use (``touch=False`` to only look).
+
+        With ``as_of``, search what was known and true at that time, replayed from the
+        ledger (``valid_from <= as_of < valid_to``), ranked by shared words; nothing is
+        touched.
         """
         if category is not None:
             _check_choice("category", category, CATEGORIES)
@@ -394,6 +625,8 @@ class UserMemory:
             include_superseded=include_superseded,
         )
         limit = self._memory.searcher.options.limit if top_k is None else _check_limit(top_k)
+        if as_of is not None:
+            return self._search_as_of(query, filters, limit, as_of)
         hits = self._memory.searcher.search_items(self.user_id, query, filters, limit,
                                                   now=self._memory.clock())
         if touch and hits:
@@ -402,6 +635,15 @@ class UserMemory:
         return hits
 
     recall = search
+
+    def _search_as_of(self, query: str, filters: ItemQuery, limit: int,
+                      as_of: str | datetime) -> list[Hit]:
+        moment, items = self._known_at(as_of)
+        pool = [item for item in items.values() if matches(item, filters)
+                and (filters.include_superseded or valid_at(item, moment))]
+        return [Hit(score=share, item=item, why={"as_of_overlap": round(share, 6),
+                                                 "score": round(share, 6)})
+                for item, share in rank_by_overlap(pool, query, limit)]
 
     def by_category(self, category: str, *, limit: int | None = None) -> list[Item]:
         """Active items of one category, most recently updated first."""
@@ -427,11 +669,17 @@ class UserMemory:
         ]
 
     def history(self, item_id: str) -> list[Event]:
-        """Every ledger entry about an item, oldest first (including after forgetting)."""
-        events = self._store.events(self.user_id, subject_id=item_id)
-        if not events:
+        """Every ledger entry about an item and the versions it replaced or was
+        replaced by (its lineage), oldest first, including after forgetting. Each
+        entry's payload says what changed, ``source`` (who or what: user, llm_extract,
+        reconcile…), ``turn_ids`` (the turns it came from) and ``reason`` (why)."""
+        by_item = lineage(self._store, self.user_id, item_id)
+        if not by_item.get(item_id):
             raise NotFound(f"no memory {item_id!r}")
-        return events
+        if len(by_item) == 1:
+            return by_item[item_id]
+        return sorted((e for events in by_item.values() for e in events),
+                      key=lambda e: (e.ts, e.id))
 
     def all_knowledge(
         self,
@@ -452,6 +700,10 @@ class UserMemory:
             raise InvalidInput("order must be 'asc' or 'desc'")
         if offset < 0:
             raise InvalidInput("offset must be ≥ 0")
+        if category is not None:
+            _check_choice("category", category, CATEGORIES)
+        if source is not None:
+            _check_choice("source", source, SOURCES)
         query = ItemQuery(category=category, context=context, entity=_clean_entity(entity),
                           sensitive=sensitive, source=source,
                           include_superseded=include_superseded)
@@ -479,11 +731,18 @@ class UserMemory:
                                 "metadata": metadata}], session_id=session_id)[0]
 
     def add_turns(
-        self, turns: Iterable[Mapping[str, Any]], *, session_id: str | None = None
+        self, turns: Iterable[Mapping[str, Any]], *, session_id: str | None = None,
+        infer: bool = False,
     ) -> list[Turn]:
         """Keep several messages (dicts with ``role``, ``content`` and optionally
-        ``name``, ``at``, ``metadata``) in one transaction."""
+        ``name``, ``at``, ``metadata``) in one transaction.
+
+        With ``infer=True`` the turns are also queued for extraction: a background
+        worker asks the LLM what to remember from them (``flush()`` waits for it); this
+        call returns at once. Without an LLM the turns are kept and wait in the queue.
+        """
         session = session_id or self.scope.session_id or f"{self.user_id}:default"
+        batch = new_id() if infer else None
         events = []
         for turn in turns:
             role = _check_choice("role", turn.get("role"), ROLES)
@@ -491,12 +750,15 @@ class UserMemory:
             if not isinstance(content, str) or not content.strip():
                 raise InvalidInput("a turn's content must be non-empty text")
             at = self._when(turn.get("at")) or self._now()
-            event = self._event(f"turn.{role}", {
-                "role": role, "content": content, "name": turn.get("name"), "at": at,
-                "metadata": dict(turn.get("metadata") or {})}, session_id=session)
-            events.append(event)
+            payload = {"role": role, "content": content, "name": turn.get("name"), "at": at,
+                       "metadata": _jsonable(dict(turn.get("metadata") or {}), "metadata")}
+            if batch:
+                payload["extract"] = batch
+            events.append(self._event(f"turn.{role}", payload, session_id=session))
         self._store.append(events)
         self._memory._written()
+        if batch and events:
+            self._memory._queued()
         return self._store.query_turns(self.user_id, TurnQuery(ids=tuple(e.id for e in events)))
 
     def session_history(self, session_id: str | None = None, *, limit: int | None = None
@@ -504,7 +766,8 @@ class UserMemory:
         """The last ``limit`` turns of a session, oldest first."""
         session = session_id or self.scope.session_id or f"{self.user_id}:default"
         turns = self._store.query_turns(self.user_id, TurnQuery(session_id=session),
-                                        descending=True, limit=limit)
+                                        descending=True,
+                                        limit=None if limit is None else _check_limit(limit))
         return turns[::-1]
 
     def search_conversations(
@@ -552,14 +815,18 @@ class UserMemory:
         if not isinstance(name, str) or not name.strip():
             raise InvalidInput("a tool call needs a name")
         event = self._event("tool.called", {
-            "name": name, "arguments": dict(arguments or {}), "success": bool(success),
+            "name": name, "arguments": _jsonable(dict(arguments or {}), "arguments"),
+            "success": bool(success),
             "duration_ms": duration_ms, "error": error}, session_id=session_id)
         with self._store.transaction():
             self._store.append([event])
             if not success and learn_error:
                 self.remember(f"Tool {name} failed: {error or 'unknown error'}", "error",
                               source="error_auto", entity=f"tool:{name}")
-        return self._store.query_tool_calls(self.user_id, name=name, limit=1)[0]
+        return ToolCall(id=event.id, user_id=self.user_id, name=name,
+                        arguments=event.payload["arguments"], success=bool(success), ts=event.ts,
+                        duration_ms=duration_ms, error=error, session_id=event.session_id,
+                        agent_id=event.agent_id)
 
     def tool_errors(self, *, name: str | None = None, limit: int = 20) -> list[ToolCall]:
         """Failed tool calls, newest first."""
@@ -572,13 +839,54 @@ class UserMemory:
 
     tool_summary = tool_stats
 
+    def requeue_extraction(self) -> int:
+        """Queue again the turns whose extraction failed; returns how many."""
+        ids = self._store.extraction_ids(self.user_id, "failed")
+        if ids:
+            self._store.append([self._event("turns.queued", {"ids": ids})])
+            self._memory._queued()
+        return len(ids)
+
     # observability ----------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
-        """Counts of items, turns, sessions, tool calls and events, and the modes on."""
+        """Counts of items, turns, sessions, tool calls and events, and the modes on.
+
+        With an LLM configured, ``llm_calls`` totals what it cost this user:
+        ``{"calls", "tokens_in", "tokens_out", "errors"}`` (see ``llm_usage``).
+        """
         counts = self._store.counts(self.user_id)
         counts["embedder"] = getattr(self._memory.embedder, "model_id", None)
         counts["llm"] = getattr(self._memory.llm, "model", None)
+        if self._memory.llm is not None:
+            usage = self.llm_usage()
+            counts["llm_calls"] = {key: sum(row[key] for row in usage)
+                                   for key in ("calls", "tokens_in", "tokens_out", "errors")}
         return counts
+
+    def llm_usage(self) -> list[dict[str, Any]]:
+        """LLM calls made for this user, per purpose and model: calls, tokens_in,
+        tokens_out, errors, latency_ms (total)."""
+        return self._store.llm_usage(self.user_id)
+
+    def status(self) -> dict[str, Any]:
+        """Which mode is on and what waits: ``mode`` (``llm+embedder``, ``llm``,
+        ``embedder`` or ``none``), the ``llm`` and ``embedder`` in use, ``extraction``
+        turn counts by state, ``embedding`` rows pending, and the ``skipped`` steps
+        with why."""
+        memory = self._memory
+        backlog = self._store.backlog(self.user_id)
+        parts = [name for name, on in (("llm", memory.llm), ("embedder", memory.embedder))
+                 if on is not None]
+        return {
+            "mode": "+".join(parts) or "none",
+            "llm": getattr(memory.llm, "model", None),
+            "structured_output": getattr(memory.llm, "structured_output", None),
+            "embedder": getattr(memory.embedder, "model_id", None),
+            "extraction": {state: backlog[f"extraction_{state}"]
+                           for state in ("pending", "done", "skipped", "failed")},
+            "embedding": {"pending": backlog["embedding_pending"]},
+            "skipped": dict(memory.skipped),
+        }
 
     def activity_timeline(self, days: int = 30) -> list[dict[str, Any]]:
         """Events per day and kind over the last ``days``."""
@@ -600,12 +908,25 @@ class UserMemory:
         return self._store.facets(self.user_id, "context")
 
     # housekeeping -----------------------------------------------------------------
+    def maintain(self) -> dict[str, Any]:
+        """Background maintenance for this user: decay → reconcile → consolidate →
+        prune, each capped (``MaintenanceOptions``) and logged.
+
+        Returns ``{"decay": {"decayed"}, "reconcile": {"pairs_checked", "reinforced",
+        "contradicted", "weakened", "neutral"}, "consolidate": {"consolidated",
+        "extracted_items"}, "prune": {"turns", "tool_calls", "items"}, "skipped"}``;
+        steps that need an LLM (or vectors) are skipped without one and say why.
+        """
+        return maintain_user(self, self._memory.maintenance)
+
     def apply_confidence_decay(self, *, unused_days: int = 30, factor: float = 0.9) -> int:
         """Multiply confidence by ``factor`` for items unused for ``unused_days``.
 
         An item decays at most once per ``unused_days``, however often this runs.
         Returns how many items decayed.
         """
+        if not isinstance(factor, int | float) or not 0 < factor <= 1:
+            raise InvalidInput(f"decay factor must be in (0, 1], not {factor!r}")
         cutoff = iso(self._memory.clock() - timedelta(days=unused_days))
         recent = {i for e in self._store.events(self.user_id, kinds=["memory.decayed"],
                                                  since=cutoff) for i in e.payload["ids"]}
@@ -631,16 +952,41 @@ class UserMemory:
         return iso(parse_when(value, now=self._memory.clock()))
 
 
+def _why(reason: str, source: str | None, turn_ids: Sequence[str] | None) -> dict[str, Any]:
+    """Provenance for a ledger entry: why, who or what, and from which turns."""
+    why: dict[str, Any] = {"reason": reason}
+    if source:
+        why["source"] = source
+    if turn_ids:
+        why["turn_ids"] = list(turn_ids)
+    return why
+
+
 def _clean_content(content: Any, metadata: Mapping[str, Any] | None
                    ) -> tuple[str, dict[str, Any]]:
     if not isinstance(content, str) or not content.strip():
         raise InvalidInput("content must be non-empty text")
-    meta = dict(metadata or {})
+    meta = _jsonable(dict(metadata or {}), "metadata")
     text = content.strip()
     if len(text) > MAX_CONTENT:
         meta.update(truncated=True, original_length=len(text))
         text = text[:MAX_CONTENT]
     return text, meta
+
+
+def _merge_metadata(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """``old`` updated with ``new``; truncation flags describe the newest content only."""
+    merged = {k: v for k, v in old.items() if k not in TRUNCATION_KEYS}
+    merged.update(new)
+    return merged
+
+
+def _jsonable(value: dict[str, Any], what: str) -> dict[str, Any]:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"{what} must be JSON-serialisable: {exc}") from exc
+    return value
 
 
 def _check_choice(what: str, value: Any, allowed: Sequence[str]) -> str:

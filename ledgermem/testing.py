@@ -1,14 +1,25 @@
-"""Test helpers shipped for users' tests too: a deterministic offline embedder.
+"""Test helpers shipped for users' tests too: a deterministic offline embedder and a
+scripted OpenAI-compatible server.
 
 ``HashEmbedder`` maps words (and their 4-character prefixes) to vector slots by
 hashing: texts sharing words are close, it needs no model, and it is the same on
 every machine. It is no substitute for a real model's semantics.
+
+``ScriptedLLMServer`` is a real HTTP server on loopback that speaks
+``/v1/chat/completions`` and ``/v1/embeddings`` and plays scripted answers (JSON,
+malformed text, HTTP errors, delays), so the network edge is faked and nothing else.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import threading
+from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -16,7 +27,7 @@ import numpy.typing as npt
 from .providers.embedders import BaseEmbedder
 from .retrieval.keyword import query_terms
 
-__all__ = ["HashEmbedder"]
+__all__ = ["HashEmbedder", "Reply", "ScriptedLLMServer", "ScriptedRequest"]
 
 
 class HashEmbedder(BaseEmbedder):
@@ -38,3 +49,234 @@ class HashEmbedder(BaseEmbedder):
                     sign = 1.0 if digest[4] & 1 else -1.0
                     out[row, slot] += sign
         return out
+
+
+Entry = Any
+"""A scripted answer: a dict or list (sent as JSON message content), a str (sent raw, e.g.
+malformed JSON), an int (an HTTP status to answer with), a float (seconds to wait
+before answering 504, to cause a client timeout), a ``Reply``, or a callable taking the
+request body and returning one of these."""
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A scripted answer with every knob: ``content`` (dict/list → JSON text, str → raw),
+    HTTP ``status``, ``delay`` seconds before answering, and ``usage`` token counts."""
+
+    content: Any = None
+    status: int = 200
+    delay: float = 0.0
+    usage: dict[str, int] | None = None
+
+
+@dataclass(frozen=True)
+class ScriptedRequest:
+    """One request the server received: path (without ``/v1``), JSON body, headers and
+    the HTTP status it was answered with."""
+
+    path: str
+    body: dict[str, Any]
+    headers: dict[str, str]
+    status: int
+
+    @property
+    def text(self) -> str:
+        """Every message's content of a chat request, joined (for assertions)."""
+        return "\n".join(str(m.get("content", "")) for m in self.body.get("messages", []))
+
+
+class ScriptedLLMServer:
+    """A real HTTP server on 127.0.0.1 speaking the OpenAI-compatible API, for tests.
+
+    ``/v1/chat/completions`` plays the scripted replies in order; ``/v1/embeddings``
+    plays its own script, or answers with ``HashEmbedder`` vectors when that is empty.
+    Every request is recorded in ``requests``. When the chat script runs out the
+    server plays ``default``, or answers HTTP 410 ("script exhausted") so that an
+    unexpected call fails loudly.
+
+    Example:
+        >>> with ScriptedLLMServer({"operations": []}) as server:   # doctest: +SKIP
+        ...     llm = OpenAICompatibleLLM("test", server.url, retries=0)
+        ...     memory = Memory(SQLiteStore(path), llm=llm)
+
+    Args:
+        replies: the chat script (see ``Entry``).
+        embeddings: the embeddings script: lists of vectors, status codes, delays.
+        dimensions: size of the default (hashed) embedding vectors.
+        json_schema: False makes the server refuse ``response_format`` of type
+            ``json_schema`` with HTTP 400, like servers that only have JSON mode.
+        default: the chat reply once the script is played (e.g. a callable that
+            answers from the request); None answers HTTP 410.
+    """
+
+    def __init__(self, *replies: Entry, embeddings: Sequence[Entry] = (),
+                 dimensions: int = 64, json_schema: bool = True,
+                 default: Entry | None = None) -> None:
+        self.json_schema = json_schema
+        self.default = default
+        self.requests: list[ScriptedRequest] = []
+        self.max_in_flight = 0
+        self.errors: list[BaseException] = []
+        self._chat: deque[Entry] = deque(replies)
+        self._embeddings: deque[Entry] = deque(embeddings)
+        self._embedder = HashEmbedder(dimensions=dimensions)
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._closing = threading.Event()
+        self._server = _Server(("127.0.0.1", 0), _handler_for(self))
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        kwargs={"poll_interval": 0.05},
+                                        name="scripted-llm", daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        """The base URL to give a client: ``http://127.0.0.1:PORT/v1``."""
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def reply(self, *entries: Entry) -> None:
+        """Append chat replies to the script."""
+        with self._lock:
+            self._chat.extend(entries)
+
+    def reply_embeddings(self, *entries: Entry) -> None:
+        """Append embeddings answers to their script."""
+        with self._lock:
+            self._embeddings.extend(entries)
+
+    @property
+    def remaining(self) -> int:
+        """Chat replies not played yet."""
+        with self._lock:
+            return len(self._chat)
+
+    @property
+    def chat_requests(self) -> list[ScriptedRequest]:
+        """The chat requests received, in order."""
+        with self._lock:
+            return [r for r in self.requests if r.path == "/chat/completions"]
+
+    def close(self) -> None:
+        """Stop serving; replies still waiting out a delay give up at once."""
+        self._closing.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> ScriptedLLMServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # what the handler calls -------------------------------------------------------
+    def _answer(self, path: str, body: dict[str, Any], headers: dict[str, str]
+                ) -> tuple[int, dict[str, Any]]:
+        with self._lock:
+            self._in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self._in_flight)
+        try:
+            status, answer = self._play(path, body)
+        except Exception as exc:  # a broken script: answer 500 and keep it for the test
+            self.errors.append(exc)
+            status, answer = 500, _error(f"scripted server failed: {exc!r}")
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+        with self._lock:
+            self.requests.append(ScriptedRequest(path, body, headers, status))
+        return status, answer
+
+    def _play(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if path == "/chat/completions":
+            fmt = (body.get("response_format") or {}).get("type")
+            if fmt == "json_schema" and not self.json_schema:
+                return 400, _error("response_format json_schema is not supported by this "
+                                   "server; use json_object")
+            queue = self._chat
+        elif path == "/embeddings":
+            queue = self._embeddings
+        else:
+            return 404, _error(f"no route {path}")
+        with self._lock:
+            entry = queue.popleft() if queue else None
+        if entry is None and path == "/chat/completions":
+            entry = self.default
+        if entry is None and path == "/embeddings":
+            entry = self._embedder.embed_batch(list(body.get("input") or [])).tolist()
+        if entry is None:
+            return 410, _error("scripted server: script exhausted")
+        while callable(entry):
+            entry = entry(body)
+        reply = _as_reply(entry)
+        if reply.delay and self._closing.wait(reply.delay):
+            return 503, _error("scripted server closing")
+        if reply.status != 200:
+            return reply.status, _error(f"scripted HTTP {reply.status}")
+        if path == "/embeddings":
+            return 200, {"object": "list", "model": body.get("model"), "data": [
+                {"object": "embedding", "index": i, "embedding": v}
+                for i, v in enumerate(reply.content)]}
+        content = (reply.content if isinstance(reply.content, str)
+                   else json.dumps(reply.content))
+        prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
+        usage = reply.usage or {"prompt_tokens": len(prompt.split()),
+                                "completion_tokens": len(content.split())}
+        usage = {**usage, "total_tokens": sum(usage.values())}
+        return 200, {"id": "scripted", "object": "chat.completion", "model": body.get("model"),
+                     "choices": [{"index": 0, "finish_reason": "stop",
+                                  "message": {"role": "assistant", "content": content}}],
+                     "usage": usage}
+
+
+def _as_reply(entry: Entry) -> Reply:
+    if isinstance(entry, Reply):
+        return entry
+    if isinstance(entry, bool):
+        raise TypeError("a scripted reply cannot be a bool")
+    if isinstance(entry, int):
+        return Reply(status=entry)
+    if isinstance(entry, float):
+        return Reply(status=504, delay=entry)
+    if isinstance(entry, dict | list | str):
+        return Reply(content=entry)
+    raise TypeError(f"cannot script a reply from {entry!r}")
+
+
+def _error(message: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "invalid_request_error"}}
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that gave up (timed out) is expected here: stay quiet."""
+
+
+def _handler_for(server: ScriptedLLMServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            try:
+                body = json.loads(self.rfile.read(length) or b"{}")
+            except ValueError:
+                body = {}
+            path = self.path.split("?", 1)[0]
+            path = path[3:] if path.startswith("/v1/") else path
+            status, answer = server._answer(path, body if isinstance(body, dict) else {},
+                                            dict(self.headers.items()))
+            data = json.dumps(answer).encode()
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except OSError:  # the client timed out and hung up
+                pass
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Quiet: tests read ``server.requests`` instead."""
+
+    return Handler

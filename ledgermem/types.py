@@ -172,3 +172,4 @@ class ItemQuery:
     time_to: str | None = None
     include_superseded: bool = False
     ids: tuple[str, ...] | None = None
+    content: str | None = None

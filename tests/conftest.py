@@ -31,3 +31,13 @@ def alice(mem: Memory) -> UserMemory:
 @pytest.fixture
 def bob(mem: Memory) -> UserMemory:
     return mem.for_user("bob")
+
+
+@pytest.fixture
+def vector_mem(tmp_path, clock: FakeClock) -> Iterator[Memory]:
+    """Hybrid search with the deterministic offline ``HashEmbedder`` (no model download)."""
+    from ledgermem.testing import HashEmbedder
+
+    memory = Memory.open(tmp_path / "v.db", clock=clock, embedder=HashEmbedder())
+    yield memory
+    memory.close()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,11 @@ def metrics(result: dict[str, Any], ks: tuple[int, ...] = KS) -> dict[str, float
             for m in ("recall_any", "recall_all", "ndcg_any")}
 
 
-def at(values: dict[int, tuple[float, float, float]]) -> dict[str, float]:
+Rows = Mapping[int, Sequence[float]]
+"""``{k: (recall_any, recall_all, ndcg_any)}`` for one question or a mean."""
+
+
+def at(values: Rows) -> dict[str, Any]:
     """``{k: (recall_any, recall_all, ndcg_any)}`` → the flat metric names."""
     return {f"{m}@{k}": pytest.approx(v, abs=1e-4)
             for k, row in values.items()
@@ -188,7 +193,7 @@ def test_hybrid_with_an_embedder_finds_every_gold_key_in_a_small_haystack() -> N
     assert (keyword["recall_any@50"], keyword["recall_all@50"]) == (0.75, 0.75)
 
 
-def test_default_cutoffs_and_limit_questions(tmp_path: Path) -> None:
+def test_default_cutoffs_and_limit_questions() -> None:
     result = run("session", ks=(1, 3, 5, 10, 30, 50), limit_questions=3)
     assert (result["questions"], result["skipped_abstention"], result["skipped_no_gold"]) == (
         2, 1, 0)
@@ -207,6 +212,6 @@ def test_an_empty_file_gives_zeros(tmp_path: Path) -> None:
     assert (result["questions"], result["recall_any@5"], result["by_type"]) == (0, 0.0, {})
 
 
-def mean_of(*rows: dict[int, tuple[float, float, float]]) -> dict[int, tuple[float, ...]]:
+def mean_of(*rows: Rows) -> Rows:
     return {k: tuple(sum(r[k][i] for r in rows) / len(rows) for i in range(3))
             for k in rows[0]}

@@ -163,7 +163,7 @@ def _bob_fillers(bob: UserMemory) -> None:
 
 def test_forgotten_item_text_does_not_survive_in_the_database_file(
         mem: Memory, alice: UserMemory, bob: UserMemory) -> None:
-    # BUG: forget() blanks the ledger rows and deletes the view row, but SQLite keeps the
+    # Regression guard (fixed): forget() blanks the ledger rows and deletes the view row, but SQLite keeps the
     # old bytes in free pages (and FTS5 keeps the term in its old index segments), so the
     # "forgotten" text can be read back from m.db with `strings`. DESIGN.md: forgetting
     # "redact[s] the content everywhere". Suggested fix in store/sqlite.py _conn():
@@ -179,7 +179,7 @@ def test_forgotten_item_text_does_not_survive_in_the_database_file(
 
 def test_forgotten_user_text_does_not_survive_in_the_database_file(
         mem: Memory, alice: UserMemory, bob: UserMemory) -> None:
-    # BUG: same root cause as above, for forget_user (store/sql.py delete_user): the
+    # Regression guard (fixed): same root cause as above, for forget_user (store/sql.py delete_user): the
     # deleted rows' bytes stay in free pages and in the FTS5 index segments.
     _bob_fillers(bob)
     alice.remember(f"My secret is {SECRET}")

@@ -94,3 +94,20 @@ def test_handles_of_one_user_share_memory_across_channels(mem: Memory, alices: I
     planner = mem.for_user("alice", agent_id="planner", context="work")
     assert telegram.get(alices.id) == alices
     assert [h.id for h in planner.search("quartz", touch=False)] == [alices.id]
+
+
+def test_vector_search_never_crosses_users_or_returns_forgotten_items(
+        vector_mem: Memory) -> None:
+    alice, bob = vector_mem.for_user("alice"), vector_mem.for_user("bob")
+    mine = [alice.remember(f"Alice plans a trip to Lisbon number {n}") for n in range(3)]
+    gone = alice.remember("Alice's locker code quartz 7431")
+    bobs = bob.remember("Bob plans a trip to Lisbon too")
+    vector_mem.flush()
+    alice.forget(gone.id)
+    for query in ("trip to Lisbon", "locker code quartz", "Alice plans a trip"):
+        found = {h.id for h in bob.search(query, top_k=50, touch=False)}
+        assert found <= {bobs.id}
+        found = {h.id for h in alice.search(query, top_k=50, touch=False)}
+        assert gone.id not in found and found <= {i.id for i in mine}
+    hit = alice.search("Lisbon trip", touch=False)[0]
+    assert "vector_rank" in hit.why  # the vector path really ran

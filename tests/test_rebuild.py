@@ -11,7 +11,7 @@ from tests.support import FakeClock, raw, rows, set_embedding, stored_embedding,
 
 
 @pytest.fixture
-def history(mem: Memory, alice: UserMemory, bob: UserMemory, clock: FakeClock) -> None:
+def busy_ledger(mem: Memory, alice: UserMemory, bob: UserMemory, clock: FakeClock) -> None:
     """A bit of everything: updates, recalls, decay, dedup, forgetting, lineage, tools."""
     tea = alice.remember("Prefers green tea", "preference", entity="person:alice")
     boss = alice.remember("Sarah Chen is her manager", context="work", metadata={"k": 1})
@@ -36,24 +36,38 @@ def history(mem: Memory, alice: UserMemory, bob: UserMemory, clock: FakeClock) -
     alice.apply_confidence_decay()
 
 
-def views(user: UserMemory) -> dict[str, Any]:
+def views(mem: Memory, user: UserMemory) -> dict[str, Any]:
+    """Everything one user can read back, for before/after comparison."""
     page = user.all_knowledge(include_superseded=True, limit=None, sort="created_at")
     return {
         "items": page["items"],
         "gets": [user.get(i.id) for i in page["items"]],
         "turns": user.recent_conversations(limit=10_000),
         "sessions": user.sessions(),
-        "tool_calls": user._store.query_tool_calls(user.user_id),
+        "tool_calls": mem.store.query_tool_calls(user.user_id),
         "tool_stats": user.tool_stats(),
         "entities": user.entities(),
         "stats": user.stats(),
     }
 
 
-@pytest.mark.usefixtures("history")
+def view_rows(mem: Memory) -> dict[str, list[dict[str, Any]]]:
+    """Raw rows of the view tables by id, without the surrogate ``pk``."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    with raw(mem) as conn:
+        for table in ("knowledge", "conversations", "tool_history"):
+            cursor = conn.execute(f"SELECT * FROM {table} ORDER BY id")
+            names = [d[0] for d in cursor.description]
+            found[table] = [{k: v for k, v in zip(names, row, strict=True) if k != "pk"}
+                            for row in cursor.fetchall()]
+    return found
+
+
+@pytest.mark.usefixtures("busy_ledger")
 def test_rebuild_restores_deleted_views_identically(mem: Memory, alice: UserMemory,
                                                    bob: UserMemory) -> None:
-    before = {"alice": views(alice), "bob": views(bob)}
+    before = {"alice": views(mem, alice), "bob": views(mem, bob)}
+    raw_before = view_rows(mem)
     assert before["alice"]["items"] and before["alice"]["turns"]
     assert before["alice"]["tool_calls"]
     with raw(mem) as conn:
@@ -64,7 +78,8 @@ def test_rebuild_restores_deleted_views_identically(mem: Memory, alice: UserMemo
 
     mem.rebuild()
 
-    assert {"alice": views(alice), "bob": views(bob)} == before
+    assert {"alice": views(mem, alice), "bob": views(mem, bob)} == before
+    assert view_rows(mem) == raw_before
     assert [h.content for h in alice.search("Sarah manager", touch=False)] == [
         "Sarah Chen was her manager"]
     assert {h.content for h in alice.search_conversations("Lisbon")} == {
@@ -72,9 +87,9 @@ def test_rebuild_restores_deleted_views_identically(mem: Memory, alice: UserMemo
     assert [h.content for h in bob.search("darts", touch=False)] == ["Bob likes darts"]
 
 
-@pytest.mark.usefixtures("history")
+@pytest.mark.usefixtures("busy_ledger")
 def test_rebuild_repairs_a_wiped_fts_index(mem: Memory, alice: UserMemory) -> None:
-    # BUG: store/sql.py SQLStore.rebuild starts with `DELETE FROM knowledge` (and
+    # Regression guard (fixed): store/sql.py SQLStore.rebuild starts with `DELETE FROM knowledge` (and
     # conversations); the AFTER DELETE triggers then send FTS5 'delete' commands for rows
     # the damaged index does not hold, and SQLite fails with "database disk image is
     # malformed" (StorageError). So rebuild, the documented crash-recovery tool, cannot
@@ -93,14 +108,14 @@ def test_rebuild_repairs_a_wiped_fts_index(mem: Memory, alice: UserMemory) -> No
     assert len(alice.search_conversations("Lisbon")) == 2
 
 
-@pytest.mark.usefixtures("history")
+@pytest.mark.usefixtures("busy_ledger")
 def test_rebuild_of_intact_views_changes_nothing(mem: Memory, alice: UserMemory,
                                                  bob: UserMemory) -> None:
-    before = {"alice": views(alice), "bob": views(bob)}
+    before = {"alice": views(mem, alice), "bob": views(mem, bob)}
     events = rows(mem, "SELECT * FROM events ORDER BY seq")
     mem.rebuild()
     mem.rebuild()
-    assert {"alice": views(alice), "bob": views(bob)} == before
+    assert {"alice": views(mem, alice), "bob": views(mem, bob)} == before
     assert rows(mem, "SELECT * FROM events ORDER BY seq") == events
 
 

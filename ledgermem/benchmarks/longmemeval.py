@@ -4,11 +4,12 @@ Scored the way the LongMemEval code scores retrieval (Wu et al., ICLR 2025,
 ``src/retrieval``): only user turns are indexed; a session is gold when its id
 contains ``answer`` and one of its user turns has ``has_answer``; at turn granularity
 each such user turn is gold. Abstention questions (``…_abs``) are skipped, and so are
-questions left without gold (counted apart). Every question gets a fresh scope (user
-id = question id) with the question date as "now"; for each k we report
-``recall_any@k`` (some gold key in the top k), ``recall_all@k`` (every gold key in
-the top k) and ``ndcg_any@k`` (binary-relevance NDCG with the paper's DCG:
-``rel₁ + Σ_{i≥2} relᵢ / log₂ i``), averaged over questions.
+questions left without gold (counted apart; the paper's script would average them in,
+with a vacuous recall_all of 1). Every question gets a fresh scope (user id =
+question id) with the question date as "now". For each k we report ``recall_any@k``
+(some gold key in the top k), ``recall_all@k`` (every gold key in the top k) and
+``ndcg_any@k`` (binary-relevance NDCG with the paper's DCG, ``rel₁ + Σ_{i≥2} relᵢ /
+log₂ i``), averaged over questions.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def turn_key(session_id: str, turn_index: int) -> str:
 
 
 def _is_answer(turn: dict[str, Any]) -> bool:
-    return bool(turn.get("has_answer"))
+    return turn.get("role") == "user" and bool(turn.get("has_answer"))
 
 
 def gold_keys(question: dict[str, Any], granularity: Granularity) -> set[str]:
@@ -82,8 +83,7 @@ def _dcg(relevances: Sequence[int]) -> float:
 def score_ranking(ranked: Sequence[str], gold: set[str], ks: Sequence[int]) -> dict[str, float]:
     """``recall_any@k``, ``recall_all@k`` and ``ndcg_any@k`` of one ranking (keys best
     first; repeats after the first are dropped) for every k."""
-    seen: dict[str, None] = dict.fromkeys(ranked)
-    keys = list(seen)
+    keys = list(dict.fromkeys(ranked))
     scores: dict[str, float] = {}
     for k in ks:
         top = keys[:k]

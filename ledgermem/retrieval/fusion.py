@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 __all__ = ["rrf"]
@@ -18,9 +19,9 @@ def rrf(
     ``score(d) = Σ_r weight_r / (k + rank_r(d))`` with 1-based ranks. The result does
     not depend on the order the rankings are given in.
     """
-    fused: dict[str, float] = {}
-    for name, ranking in rankings.items():
+    contributions: dict[str, list[float]] = {}
+    for name in sorted(rankings):
         weight = 1.0 if weights is None else weights.get(name, 1.0)
-        for rank, doc_id in enumerate(ranking, start=1):
-            fused[doc_id] = fused.get(doc_id, 0.0) + weight / (k + rank)
-    return fused
+        for rank, doc_id in enumerate(rankings[name], start=1):
+            contributions.setdefault(doc_id, []).append(weight / (k + rank))
+    return {doc_id: math.fsum(parts) for doc_id, parts in contributions.items()}

@@ -180,6 +180,40 @@ class Store(Protocol):
     def clear_embeddings(self) -> None:
         """Drop every stored vector (when the embedding model changes)."""
 
+    # write pipeline ---------------------------------------------------------------
+    def pending_extractions(
+        self, limit: int, *, claimable_at: str | None = None, holder: str | None = None
+    ) -> list[tuple[str, list[str]]]:
+        """Turns waiting for extraction, any user: ``(user_id, turn ids)`` per batch (the
+        turns of one ``add_turns`` call), oldest batch first. With ``claimable_at`` only
+        batches no other worker holds at that time (unclaimed, expired, or ``holder``'s)."""
+
+    def claim_extraction(self, user_id: str, ids: Sequence[str], holder: str, until: str,
+                         now: str) -> bool:
+        """Claim pending turns for ``holder`` until ``until`` (all or none); False when
+        another worker holds one of them past ``now`` or one is no longer pending.
+        Scheduling state, not memory: no ledger event."""
+
+    def confirm_extraction(self, user_id: str, ids: Sequence[str], holder: str) -> bool:
+        """Inside the transaction that applies an extraction: lock the turns and say
+        whether every one is still pending and claimed by ``holder``."""
+
+    def extraction_ids(self, user_id: str, state: str) -> list[str]:
+        """Ids of this user's turns in one extraction state (``failed``, …), oldest first."""
+
+    def backlog(self, user_id: str) -> dict[str, int]:
+        """Turns by extraction state (``extraction_pending`` / ``_done`` / ``_skipped`` /
+        ``_failed``) and rows still waiting for a vector (``embedding_pending``)."""
+
+    def item_vectors(self, user_id: str) -> list[tuple[str, Vector]]:
+        """(id, vector) of this user's active items that have an embedding."""
+
+    def compared_pairs(self, user_id: str) -> set[tuple[str, str]]:
+        """Item pairs (smaller id first) reconciliation has already compared."""
+
+    def llm_usage(self, user_id: str) -> list[dict[str, Any]]:
+        """Per purpose and model: calls, tokens_in, tokens_out, errors, latency_ms (sum)."""
+
     def get_meta(self, key: str) -> str | None:
         """A store-wide setting (embedding model id, dimension)."""
 

@@ -176,10 +176,53 @@ def m0004_add_turn_context() -> tuple[Step, ...]:
     )
 
 
+def m0005_add_pipeline() -> tuple[Step, ...]:
+    """The extraction queue on turns, LLM call accounting and reconciled pairs.
+
+    ``extraction`` is NULL (not asked), ``pending``, ``done``, ``skipped`` or
+    ``failed``; ``extraction_batch`` groups the turns of one ``add_turns`` call. The
+    claim columns are scheduling state (which worker holds a batch, until when), not
+    memory: they are not in the ledger and a rebuild clears them.
+    """
+    return (
+        "ALTER TABLE conversations ADD COLUMN extraction TEXT",
+        "ALTER TABLE conversations ADD COLUMN extraction_batch TEXT",
+        "ALTER TABLE conversations ADD COLUMN extraction_claim TEXT",
+        "ALTER TABLE conversations ADD COLUMN extraction_claim_until TEXT",
+        "CREATE INDEX conversations_extraction ON conversations (pk) "
+        "WHERE extraction = 'pending'",
+        "CREATE INDEX conversations_extraction_batch ON conversations (extraction_batch) "
+        "WHERE extraction_batch IS NOT NULL",
+        """CREATE TABLE llm_calls (
+            id TEXT PRIMARY KEY,
+            user_id TEXT NOT NULL,
+            ts TEXT NOT NULL,
+            purpose TEXT NOT NULL,
+            model TEXT NOT NULL,
+            tokens_in INTEGER NOT NULL DEFAULT 0,
+            tokens_out INTEGER NOT NULL DEFAULT 0,
+            latency_ms REAL NOT NULL DEFAULT 0,
+            outcome TEXT NOT NULL,
+            error TEXT
+        )""",
+        "CREATE INDEX llm_calls_user ON llm_calls (user_id, purpose)",
+        """CREATE TABLE comparisons (
+            user_id TEXT NOT NULL,
+            item_a TEXT NOT NULL,
+            item_b TEXT NOT NULL,
+            outcome TEXT NOT NULL,
+            similarity REAL,
+            ts TEXT NOT NULL,
+            PRIMARY KEY (user_id, item_a, item_b)
+        )""",
+    )
+
+
 SQLITE_MIGRATIONS: tuple[Migration, ...] = tuple(
     Migration(number, fn.__name__.split("_", 1)[1], fn())
     for number, fn in enumerate(
-        (m0001_initial, m0002_add_fts, m0003_add_embedding_staging, m0004_add_turn_context),
+        (m0001_initial, m0002_add_fts, m0003_add_embedding_staging, m0004_add_turn_context,
+         m0005_add_pipeline),
         start=1)
 )
 

@@ -14,8 +14,10 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Literal
 
+import numpy as np
+
 from ..types import Event, Item, ItemQuery, ToolCall, Turn
-from .base import TurnQuery, iter_chunks
+from .base import TurnQuery, Vector, iter_chunks
 
 Run = Callable[[str, Sequence[Any]], list[tuple[Any, ...]]]
 """Executes one statement inside a write transaction and returns its rows."""
@@ -42,8 +44,16 @@ SORTABLE = frozenset(
     {"created_at", "updated_at", "confidence", "last_used_at", "use_count", "category", "due_at"}
 )
 REDACTED = "[forgotten]"
+PIPELINE_TABLES = ("llm_calls", "comparisons")
+"""Views the write pipeline derives from ``llm.called`` and ``memory.compared`` events."""
+EMBED_TEXT = {"knowledge": "content", "conversations": "coalesce(name || ': ', '') || content"}
+"""The text a row is embedded from, per table: a turn is embedded with its speaker's
+name ("Caroline: I went to a support group"), since questions name people."""
 CONTEXT_TURNS = 2
 """Neighbouring turns on each side whose text is indexed with a turn."""
+NEIGHBOUR_SMOOTHING = 0.5
+"""Vector search scores a turn as cosine + this × its best neighbour's cosine: an
+answer often sits in the turn next to the one that matches the question."""
 
 
 def spoken_day(timestamp: str) -> str:
@@ -83,14 +93,19 @@ def event_from_row(row: Sequence[Any]) -> Event:
     return Event(**values)
 
 
-def item_where_sql(user_id: str, query: ItemQuery, prefix: str = "") -> tuple[str, list[Any]]:
-    """WHERE clause (without the keyword) for knowledge filters; ``prefix`` is a table alias."""
+def item_where_sql(user_id: str, query: ItemQuery, prefix: str = "", *,
+                   by_id: bool = False) -> tuple[str, list[Any]]:
+    """WHERE clause (without the keyword) for knowledge filters; ``prefix`` is a table alias.
+
+    ``by_id`` says rows will also be picked by id: SQLite is then told (``+user_id``) not
+    to scan the user's whole scope through the user index instead of looking ids up.
+    """
     p = prefix
-    clauses: list[str] = [f"{p}user_id = ?"]
+    clauses: list[str] = [f"+{p}user_id = ?" if by_id else f"{p}user_id = ?"]
     params: list[Any] = [user_id]
     if not query.include_superseded:
         clauses.append(f"{p}superseded_by IS NULL AND {p}valid_to IS NULL")
-    for column in ("category", "context", "entity", "source"):
+    for column in ("category", "context", "entity", "source", "content"):
         value = getattr(query, column)
         if value is not None:
             clauses.append(f"{p}{column} = ?")
@@ -110,10 +125,11 @@ def item_where_sql(user_id: str, query: ItemQuery, prefix: str = "") -> tuple[st
     return " AND ".join(clauses), params
 
 
-def turn_where_sql(user_id: str, query: TurnQuery, prefix: str = "") -> tuple[str, list[Any]]:
-    """WHERE clause (without the keyword) for conversation filters."""
+def turn_where_sql(user_id: str, query: TurnQuery, prefix: str = "", *,
+                   by_id: bool = False) -> tuple[str, list[Any]]:
+    """WHERE clause (without the keyword) for conversation filters (see ``item_where_sql``)."""
     p = prefix
-    clauses: list[str] = [f"{p}user_id = ?"]
+    clauses: list[str] = [f"+{p}user_id = ?" if by_id else f"{p}user_id = ?"]
     params: list[Any] = [user_id]
     if query.session_id is not None:
         clauses.append(f"{p}session_id = ?")
@@ -174,7 +190,8 @@ class SQLStore(ABC):
             values = [item.get(c) for c in ITEM_COLUMNS]
             run(f"INSERT INTO knowledge ({', '.join(ITEM_COLUMNS)}) VALUES "
                 f"({_marks(len(ITEM_COLUMNS))})", values)
-        elif kind in ("memory.updated", "memory.restored", "memory.invalidated"):
+        elif kind in ("memory.updated", "memory.restored", "memory.invalidated",
+                      "memory.superseded"):
             changes = {k: v for k, v in data["changes"].items() if k in UPDATABLE}
             if "metadata" in changes:
                 changes["metadata"] = json.dumps(changes["metadata"] or {})
@@ -203,16 +220,34 @@ class SQLStore(ABC):
                         [uid, *chunk])
         elif kind.startswith("turn.") and kind != "turn.consolidated":
             turn_id, at = event.subject_id or event.id, data.get("at", event.ts)
-            run(f"INSERT INTO conversations ({', '.join(TURN_COLUMNS)}, day) VALUES "
-                f"({_marks(11)})",
+            batch = data.get("extract")
+            run(f"INSERT INTO conversations ({', '.join(TURN_COLUMNS)}, day, extraction, "
+                f"extraction_batch) VALUES ({_marks(13)})",
                 [turn_id, uid, event.agent_id, event.session_id, data["role"], data.get("name"),
                  data["content"], at, None, json.dumps(data.get("metadata") or {}),
-                 spoken_day(at)])
+                 spoken_day(at), "pending" if batch else None, batch or None])
             self._refresh_context(run, uid, event.session_id, at)
         elif kind == "turn.consolidated":
             for chunk in iter_chunks(data["ids"]):
                 run(f"UPDATE conversations SET consolidated_at = ? WHERE user_id = ? AND id IN "
                     f"({_marks(len(chunk))})", [event.ts, uid, *chunk])
+        elif kind in ("turns.extracted", "turns.queued"):
+            state = "pending" if kind == "turns.queued" else data.get("outcome", "done")
+            for chunk in iter_chunks(data["ids"]):
+                run("UPDATE conversations SET extraction = ?, extraction_claim = NULL, "
+                    "extraction_claim_until = NULL WHERE user_id = ? AND id IN "
+                    f"({_marks(len(chunk))})", [state, uid, *chunk])
+        elif kind == "llm.called":
+            run("INSERT INTO llm_calls (id, user_id, ts, purpose, model, tokens_in, tokens_out, "
+                f"latency_ms, outcome, error) VALUES ({_marks(10)})",
+                [event.id, uid, event.ts, data["purpose"], data["model"],
+                 int(data.get("tokens_in") or 0), int(data.get("tokens_out") or 0),
+                 float(data.get("latency_ms") or 0), data["outcome"], data.get("error")])
+        elif kind == "memory.compared":
+            first, second = sorted((data["a"], data["b"]))
+            run("INSERT INTO comparisons (user_id, item_a, item_b, outcome, similarity, ts) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (user_id, item_a, item_b) DO NOTHING",
+                [uid, first, second, data["outcome"], data.get("similarity"), event.ts])
         elif kind == "tool.called":
             run(f"INSERT INTO tool_history ({', '.join(TOOL_COLUMNS)}) VALUES ({_marks(10)})",
                 [event.subject_id or event.id, uid, event.agent_id, event.session_id,
@@ -285,7 +320,7 @@ class SQLStore(ABC):
 
     def delete_user(self, user_id: str) -> int:
         with self._writing() as run:
-            for table in ("knowledge", "conversations", "tool_history"):
+            for table in ("knowledge", "conversations", "tool_history", *PIPELINE_TABLES):
                 run(f"DELETE FROM {table} WHERE user_id = ?", [user_id])
             count = run("SELECT count(*) FROM events WHERE user_id = ?", [user_id])[0][0]
             run("DELETE FROM events WHERE user_id = ?", [user_id])
@@ -294,7 +329,9 @@ class SQLStore(ABC):
     def rebuild(self) -> None:
         with self._writing() as run:
             kept = self._embedding_cache(run)
-            for table in ("knowledge", "conversations", "tool_history"):
+            # A damaged full-text index would make the deletes below fail: realign it first.
+            self._rebuild_fts(run)
+            for table in ("knowledge", "conversations", "tool_history", *PIPELINE_TABLES):
                 run(f"DELETE FROM {table}", [])
             last = 0
             while True:
@@ -338,7 +375,8 @@ class SQLStore(ABC):
     ) -> tuple[list[Item], int]:
         if sort not in SORTABLE:
             raise ValueError(f"cannot sort by {sort!r}")
-        where, params = item_where_sql(user_id, query)
+        where, params = item_where_sql(user_id, query,
+                                       by_id=self._hint_ids and query.ids is not None)
         total = self._read(f"SELECT count(*) FROM knowledge WHERE {where}", params)[0][0]
         direction = "DESC" if descending else "ASC"
         sql = (f"SELECT {', '.join(ITEM_COLUMNS)} FROM knowledge WHERE {where} "
@@ -348,6 +386,9 @@ class SQLStore(ABC):
         elif offset:
             sql += f" {self._unlimited} OFFSET {int(offset)}"
         return [item_from_row(row) for row in self._read(sql, params)], int(total)
+
+    _hint_ids = False
+    """Whether the dialect reads ``+column`` as "do not use an index for this"."""
 
     _unlimited = ""
     """What stands for "no LIMIT" before an OFFSET in this dialect."""
@@ -364,7 +405,8 @@ class SQLStore(ABC):
         self, user_id: str, query: TurnQuery, *, descending: bool = False,
         limit: int | None = None,
     ) -> list[Turn]:
-        where, params = turn_where_sql(user_id, query)
+        where, params = turn_where_sql(user_id, query,
+                                       by_id=self._hint_ids and query.ids is not None)
         direction = "DESC" if descending else "ASC"
         sql = (f"SELECT {', '.join(TURN_COLUMNS)} FROM conversations WHERE {where} "
                f"ORDER BY ts {direction}, pk {direction}")
@@ -465,6 +507,99 @@ class SQLStore(ABC):
     def user_ids(self) -> list[str]:
         return [r[0] for r in self._read("SELECT DISTINCT user_id FROM events ORDER BY 1")]
 
+    # write pipeline ---------------------------------------------------------------
+    def pending_extractions(
+        self, limit: int, *, claimable_at: str | None = None, holder: str | None = None
+    ) -> list[tuple[str, list[str]]]:
+        pending = "extraction = 'pending'"
+        params: list[Any] = []
+        if claimable_at is not None:
+            pending += (" AND (extraction_claim_until IS NULL OR extraction_claim_until < ? "
+                        "OR extraction_claim = ?)")
+            params += [claimable_at, holder or ""]
+        batches = self._read(
+            f"SELECT user_id, extraction_batch FROM conversations WHERE {pending} "
+            "GROUP BY user_id, extraction_batch ORDER BY min(pk) LIMIT ?", [*params, limit])
+        if not batches:
+            return []
+        rows = self._read(
+            f"SELECT user_id, extraction_batch, id FROM conversations WHERE {pending} AND "
+            f"extraction_batch IN ({_marks(len(batches))}) ORDER BY pk",
+            [*params, *(b for _, b in batches)])
+        grouped: dict[tuple[str, str], list[str]] = {(u, b): [] for u, b in batches}
+        for user_id, batch, turn_id in rows:
+            if (user_id, batch) in grouped:
+                grouped[(user_id, batch)].append(turn_id)
+        return [(user_id, ids) for (user_id, _), ids in grouped.items() if ids]
+
+    def claim_extraction(self, user_id: str, ids: Sequence[str], holder: str, until: str,
+                         now: str) -> bool:
+        return self._mark_claim(
+            user_id, ids, holder, until,
+            "(extraction_claim_until IS NULL OR extraction_claim_until < ? OR "
+            "extraction_claim = ?)", [now, holder])
+
+    def confirm_extraction(self, user_id: str, ids: Sequence[str], holder: str) -> bool:
+        return self._mark_claim(user_id, ids, holder, None, "extraction_claim = ?", [holder])
+
+    def _mark_claim(self, user_id: str, ids: Sequence[str], holder: str, until: str | None,
+                    condition: str, params: list[Any]) -> bool:
+        """Set the claim on every turn of ``ids`` that is pending and meets ``condition``,
+        all or none; an UPDATE (not a SELECT) so PostgreSQL locks the rows it checks."""
+        wanted = sorted(set(ids))
+        if not wanted:
+            return False
+        keep = "extraction_claim_until" if until is None else "?"
+        try:
+            with self._writing() as run:
+                got = run(
+                    f"UPDATE conversations SET extraction_claim = ?, extraction_claim_until = "
+                    f"{keep} WHERE user_id = ? AND extraction = 'pending' AND {condition} AND "
+                    f"id IN ({_marks(len(wanted))}) RETURNING id",
+                    [holder, *([] if until is None else [until]), user_id, *params, *wanted])
+                if len(got) != len(wanted):
+                    raise _NotAll
+        except _NotAll:
+            return False
+        return True
+
+    def extraction_ids(self, user_id: str, state: str) -> list[str]:
+        rows = self._read("SELECT id FROM conversations WHERE user_id = ? AND extraction = ? "
+                          "ORDER BY pk", [user_id, state])
+        return [r[0] for r in rows]
+
+    def backlog(self, user_id: str) -> dict[str, int]:
+        counts = dict.fromkeys(("pending", "done", "skipped", "failed"), 0)
+        for state, count in self._read(
+                "SELECT extraction, count(*) FROM conversations WHERE user_id = ? AND "
+                "extraction IS NOT NULL GROUP BY extraction", [user_id]):
+            counts[state] = int(count)
+        unembedded = self._read(
+            "SELECT (SELECT count(*) FROM knowledge WHERE user_id = ? AND embedding IS NULL), "
+            "(SELECT count(*) FROM conversations WHERE user_id = ? AND embedding IS NULL)",
+            [user_id, user_id])[0]
+        return {**{f"extraction_{k}": v for k, v in counts.items()},
+                "embedding_pending": int(unembedded[0]) + int(unembedded[1])}
+
+    def item_vectors(self, user_id: str) -> list[tuple[str, Vector]]:
+        rows = self._read(
+            "SELECT id, embedding FROM knowledge WHERE user_id = ? AND superseded_by IS NULL "
+            "AND valid_to IS NULL AND embedding IS NOT NULL ORDER BY pk", [user_id])
+        return [(r[0], vector_of(r[1])) for r in rows]
+
+    def compared_pairs(self, user_id: str) -> set[tuple[str, str]]:
+        rows = self._read("SELECT item_a, item_b FROM comparisons WHERE user_id = ?", [user_id])
+        return {(r[0], r[1]) for r in rows}
+
+    def llm_usage(self, user_id: str) -> list[dict[str, Any]]:
+        rows = self._read(
+            "SELECT purpose, model, count(*), sum(tokens_in), sum(tokens_out), "
+            "sum(CASE WHEN outcome = 'ok' THEN 0 ELSE 1 END), sum(latency_ms) FROM llm_calls "
+            "WHERE user_id = ? GROUP BY purpose, model ORDER BY purpose, model", [user_id])
+        return [{"purpose": r[0], "model": r[1], "calls": int(r[2]), "tokens_in": int(r[3]),
+                 "tokens_out": int(r[4]), "errors": int(r[5]),
+                 "latency_ms": round(float(r[6]), 3)} for r in rows]
+
     def get_meta(self, key: str) -> str | None:
         rows = self._read("SELECT value FROM meta WHERE key = ?", [key])
         return str(rows[0][0]) if rows else None
@@ -491,6 +626,17 @@ def _blank(value: Any) -> Any:
     if isinstance(value, dict):
         return {}
     return None if value is None else REDACTED
+
+
+def vector_of(value: Any) -> Vector:
+    """A stored embedding as float32: a BLOB (SQLite) or an array-like (pgvector)."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return np.frombuffer(value, dtype=np.float32)
+    return np.asarray(value, dtype=np.float32)
+
+
+class _NotAll(Exception):
+    """Some turns of a claim were taken or done meanwhile: undo the claim."""
 
 
 class _discard(AbstractContextManager[None]):

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,15 @@ from ..errors import SchemaMismatch, StorageError
 from ..types import ItemQuery
 from .base import MatchMode, Table, TurnQuery, Vector
 from .migrations import SQLITE_MIGRATIONS, Migration
-from .sql import Run, SQLStore, item_where_sql, turn_where_sql
+from .sql import (
+    CONTEXT_TURNS,
+    EMBED_TEXT,
+    NEIGHBOUR_SMOOTHING,
+    Run,
+    SQLStore,
+    item_where_sql,
+    turn_where_sql,
+)
 from .vector_index import UserVectors, VectorIndex
 
 __all__ = ["SQLiteStore", "fts_match_sql"]
@@ -46,6 +55,7 @@ class SQLiteStore(SQLStore):
     """SQLite backend. ``path`` is created (with its folder) if missing."""
 
     _unlimited = "LIMIT -1"
+    _hint_ids = True
 
     def __init__(
         self,
@@ -81,6 +91,8 @@ class SQLiteStore(SQLStore):
                 conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
                 self._retry(lambda c=conn: c.execute("PRAGMA journal_mode = WAL"))
                 conn.execute("PRAGMA synchronous = NORMAL")
+                # Forgotten text must not linger in free pages of the file.
+                conn.execute("PRAGMA secure_delete = ON")
             except sqlite3.Error as exc:
                 raise StorageError(f"cannot open {self.path}: {exc}") from exc
             self._local.conn = conn
@@ -221,6 +233,22 @@ class SQLiteStore(SQLStore):
             [fts_match_sql(terms, mode), *params, limit])
         return [(r[0], float(r[1])) for r in rows]
 
+    def redact(self, user_id: str, subject_id: str) -> None:
+        with self._writing() as run:
+            super().redact(user_id, subject_id)
+            self._purge_fts(run)
+
+    def delete_user(self, user_id: str) -> int:
+        with self._writing() as run:
+            removed = super().delete_user(user_id)
+            self._purge_fts(run)
+        return removed
+
+    def _purge_fts(self, run: Run) -> None:
+        """Merge the full-text segments so deleted terms leave the index's pages too."""
+        for fts in ("knowledge_fts", "conversations_fts"):
+            run(f"INSERT INTO {fts} ({fts}) VALUES ('optimize')", [])
+
     def rebuild(self) -> None:
         super().rebuild()
         for index in self._indexes.values():
@@ -238,8 +266,8 @@ class SQLiteStore(SQLStore):
     # embeddings -------------------------------------------------------------------
     def pending_embeddings(self, table: Table, limit: int) -> list[tuple[str, str]]:
         rows = self._read(
-            f"SELECT id, content FROM {_table(table)} WHERE embedding IS NULL ORDER BY pk "
-            "LIMIT ?", [limit])
+            f"SELECT id, {EMBED_TEXT[table]} FROM {_table(table)} WHERE embedding IS NULL "
+            "ORDER BY pk LIMIT ?", [limit])
         return [(r[0], r[1]) for r in rows]
 
     def set_embeddings(
@@ -252,14 +280,28 @@ class SQLiteStore(SQLStore):
             if live and live[0][0] != model:
                 raise SchemaMismatch(f"{self.url} now uses {live[0][0]}; restart with that "
                                      f"embedder instead of {model}")
-            seq = int(run(f"SELECT coalesce(max(emb_seq), 0) FROM {name}", [])[0][0])
+            seq = self._next_emb_seq(run, len(rows))
             for row_id, text, vector in rows:
                 seq += 1
                 blob = np.asarray(vector, dtype=np.float32).tobytes()
                 done += len(run(f"UPDATE {name} SET embedding = ?, embedding_model = ?, "
-                                "emb_seq = ? WHERE id = ? AND content = ? RETURNING 1",
+                                f"emb_seq = ? WHERE id = ? AND {EMBED_TEXT[name]} = ? RETURNING 1",
                                 [blob, model, seq, row_id, text]))
         return done
+
+    def _next_emb_seq(self, run: Run, count: int) -> int:
+        """Reserve ``count`` embedding sequence numbers; returns the one before the first.
+
+        The counter only grows (even when vectors are cleared), so another process's
+        index, which reads vectors past the last number it saw, never misses any.
+        """
+        row = run("SELECT value FROM meta WHERE key = 'emb_seq'", [])
+        start = int(row[0][0]) if row else int(run(
+            "SELECT max(coalesce((SELECT max(emb_seq) FROM knowledge), 0), "
+            "coalesce((SELECT max(emb_seq) FROM conversations), 0))", [])[0][0])
+        run("INSERT INTO meta (key, value) VALUES ('emb_seq', ?) ON CONFLICT (key) DO UPDATE "
+            "SET value = excluded.value", [str(start + count)])
+        return start
 
     def _vectors(self, table: Table, user_id: str, dims: int) -> UserVectors:
         """This user's index, topped up with vectors written since it was last read."""
@@ -276,15 +318,40 @@ class SQLiteStore(SQLStore):
                 block.cursor = int(rows[-1][0])
             return block
 
+    def _turn_neighbours(self, user_id: str, block: UserVectors) -> None:
+        """Give ``block`` each turn's neighbours in its session (positions, -1 for none);
+        recomputed only when the block changed."""
+        key = (block.count, block.cursor)
+        if block.neighbours_key == key:
+            return
+        rows = self._read("SELECT id, session_id FROM conversations WHERE user_id = ? "
+                          "ORDER BY session_id, ts, pk", [user_id])
+        n = CONTEXT_TURNS
+        neighbours = np.full((block.count, 2 * n), -1, dtype=np.intp)
+        for _, group in groupby(rows, key=lambda r: r[1]):
+            at = [block.position.get(r[0], -1) for r in group]
+            for i, here in enumerate(at):
+                if here < 0:
+                    continue
+                around = [at[j] for j in range(i - n, i + n + 1) if j != i and 0 <= j < len(at)]
+                neighbours[here, : len(around)] = around
+        block.neighbours, block.neighbours_key = neighbours, key
+
     def _vector_search(self, table: Table, user_id: str, vector: Vector, where: str,
                        params: list[Any], limit: int) -> list[tuple[str, float]]:
         """Exact cosine ranking of the user's vectors, then the SQL filters on growing
-        slices of that ranking until ``limit`` rows pass (or every row was tried)."""
+        slices of that ranking until ``limit`` rows pass (or every row was tried).
+
+        Turns are scored with their neighbours (see ``NEIGHBOUR_SMOOTHING``)."""
         query = np.asarray(vector, dtype=np.float32)
         block = self._vectors(table, user_id, query.shape[0])
         if block.count == 0:
             return []
-        order, scores = block.ranked(query)
+        smoothing = NEIGHBOUR_SMOOTHING if table == "conversations" else 0.0
+        with self._indexes[table].lock:
+            if smoothing:
+                self._turn_neighbours(user_id, block)
+            order, scores = block.ranked(query, smoothing)
         found: list[tuple[str, float]] = []
         start, step = 0, max(limit * 4, 64)
         while len(found) < limit and start < block.count:
@@ -303,21 +370,22 @@ class SQLiteStore(SQLStore):
     def vector_search_items(
         self, user_id: str, vector: Vector, query: ItemQuery, limit: int
     ) -> list[tuple[str, float]]:
-        where, params = item_where_sql(user_id, query)
+        where, params = item_where_sql(user_id, query, by_id=True)
         return self._vector_search("knowledge", user_id, vector, where, params, limit)
 
     def vector_search_turns(
         self, user_id: str, vector: Vector, query: TurnQuery, limit: int
     ) -> list[tuple[str, float]]:
-        where, params = turn_where_sql(user_id, query)
+        where, params = turn_where_sql(user_id, query, by_id=True)
         return self._vector_search("conversations", user_id, vector, where, params, limit)
 
     def unstaged(self, table: Table, model: str, limit: int) -> list[tuple[str, str]]:
         name = _table(table)
         rows = self._read(
-            f"SELECT t.id, t.content FROM {name} AS t LEFT JOIN embedding_staging AS s ON "
-            "s.table_name = ? AND s.id = t.id AND s.model = ? AND s.content = t.content "
-            "WHERE s.id IS NULL ORDER BY t.pk LIMIT ?", [name, model, limit])
+            f"SELECT id, {EMBED_TEXT[name]} AS text FROM {name} AS t WHERE NOT EXISTS ("
+            "SELECT 1 FROM embedding_staging AS s WHERE s.table_name = ? AND s.id = t.id "
+            f"AND s.model = ? AND s.content = {EMBED_TEXT[name]}) ORDER BY pk LIMIT ?",
+            [name, model, limit])
         return [(r[0], r[1]) for r in rows]
 
     def stage_embeddings(
@@ -333,12 +401,14 @@ class SQLiteStore(SQLStore):
     def promote_staged(self, model: str, dimensions: int) -> bool:
         with self._writing() as run:
             for table in ("knowledge", "conversations"):
-                if run(f"SELECT 1 FROM {table} AS t LEFT JOIN embedding_staging AS s ON "
-                       "s.table_name = ? AND s.id = t.id AND s.model = ? AND "
-                       "s.content = t.content WHERE s.id IS NULL LIMIT 1", [table, model]):
+                if run(f"SELECT 1 FROM {table} AS t WHERE NOT EXISTS (SELECT 1 FROM "
+                       "embedding_staging AS s WHERE s.table_name = ? AND s.id = t.id AND "
+                       f"s.model = ? AND s.content = {EMBED_TEXT[table]}) LIMIT 1",
+                       [table, model]):
                     return False
             for table in ("knowledge", "conversations"):
-                seq = int(run(f"SELECT coalesce(max(emb_seq), 0) FROM {table}", [])[0][0])
+                top = int(run(f"SELECT coalesce(max(pk), 0) FROM {table}", [])[0][0])
+                seq = self._next_emb_seq(run, top)
                 run(f"UPDATE {table} SET embedding = s.vector, embedding_model = s.model, "
                     f"emb_seq = ? + {table}.pk FROM embedding_staging AS s WHERE "
                     f"s.table_name = ? AND s.id = {table}.id AND s.model = ?",

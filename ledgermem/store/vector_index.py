@@ -28,6 +28,8 @@ class UserVectors:
         self.alive = np.zeros(0, dtype=bool)
         self.count = 0
         self.cursor = 0
+        self.neighbours: npt.NDArray[np.intp] | None = None
+        self.neighbours_key: tuple[int, int] = (-1, -1)
 
     def upsert(self, rows: Iterable[tuple[str, Vector]]) -> None:
         for row_id, vector in rows:
@@ -53,10 +55,19 @@ class UserVectors:
             if at is not None:
                 self.alive[at] = False
 
-    def ranked(self, query: Vector) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float32]]:
-        """Positions of live rows by descending cosine, and all scores."""
+    def ranked(self, query: Vector, smoothing: float = 0.0
+               ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float32]]:
+        """Positions of live rows by descending score, and all scores.
+
+        With ``smoothing`` > 0 and ``neighbours`` set, a row's score is its cosine plus
+        ``smoothing`` × the best cosine among its neighbours (positions, -1 for none).
+        """
         scores = self.matrix[: self.count] @ query
         scores[~self.alive[: self.count]] = -np.inf
+        if smoothing and self.neighbours is not None and len(self.neighbours) == self.count:
+            padded = np.append(scores, np.float32(-np.inf))
+            best = padded[self.neighbours].max(axis=1) if self.neighbours.size else padded[:-1]
+            scores = scores + smoothing * np.where(np.isfinite(best), best, 0).astype(np.float32)
         return np.argsort(-scores, kind="stable"), scores
 
     def top(self, query: Vector, k: int) -> list[tuple[str, float]]:
