@@ -16,6 +16,8 @@ from .errors import (
     StorageError,
 )
 from .memory import Memory, UserMemory, default_path
+from .pipeline import ExtractionOptions, MaintenanceOptions
+from .providers.llm import LLM, LLMCall, OpenAICompatibleLLM
 from .retrieval.hybrid import SearchOptions
 from .retrieval.salience import SalienceWeights
 from .store.base import Store
@@ -26,18 +28,23 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CATEGORIES",
+    "LLM",
     "SOURCES",
     "AccessDenied",
     "Clock",
     "ConfigError",
     "Event",
+    "ExtractionOptions",
     "Hit",
     "InvalidInput",
     "Item",
     "ItemQuery",
+    "LLMCall",
     "LedgermemError",
+    "MaintenanceOptions",
     "Memory",
     "NotFound",
+    "OpenAICompatibleLLM",
     "ProviderError",
     "SQLiteStore",
     "SalienceWeights",

@@ -382,3 +382,76 @@ def bench_scale(obj: Context, items: str, queries: int) -> None:
         obj.console.print(table)
 
     obj.emit(result, render)
+
+
+def _llm_from_env() -> Any:
+    """The LLM named by ``LEDGERMEM_LLM_BASE_URL`` and ``LEDGERMEM_LLM_MODEL`` (with
+    ``LEDGERMEM_LLM_API_KEY`` when the server needs one), or None when neither is set."""
+    import os
+
+    from .errors import ConfigError
+    from .providers.llm import OpenAICompatibleLLM
+
+    base_url = os.environ.get("LEDGERMEM_LLM_BASE_URL")
+    model = os.environ.get("LEDGERMEM_LLM_MODEL")
+    if not base_url and not model:
+        return None
+    if not base_url or not model:
+        raise ConfigError("set both LEDGERMEM_LLM_BASE_URL and LEDGERMEM_LLM_MODEL "
+                          "(and LEDGERMEM_LLM_API_KEY if the server needs a key)")
+    return OpenAICompatibleLLM(model, base_url, api_key=_env_secret("LEDGERMEM_LLM_API_KEY"))
+
+
+@contextmanager
+def _memory_with_llm(obj: Context, *, background: bool) -> Iterator[Memory]:
+    from .pipeline.extraction import ExtractionOptions
+
+    memory = Memory.open(obj.db, llm=_llm_from_env(),
+                         extraction=ExtractionOptions(background=background))
+    try:
+        yield memory
+    finally:
+        memory.close()
+
+
+@command(main)
+@click.option("--all-users", is_flag=True, help="Maintain every user, not only --user.")
+def maintain(obj: Context, all_users: bool) -> None:
+    """Finish pending extraction, then decay, reconcile, consolidate and prune.
+
+    The LLM comes from LEDGERMEM_LLM_BASE_URL and LEDGERMEM_LLM_MODEL (and
+    LEDGERMEM_LLM_API_KEY); without them the LLM steps are skipped and say so.
+    """
+    with _memory_with_llm(obj, background=False) as memory:
+        memory.flush()
+        result = memory.maintain() if all_users else memory.for_user(obj.user).maintain()
+
+    def render() -> None:
+        table = Table(title="maintenance" + (" (all users)" if all_users else f" of {obj.user}"))
+        table.add_column("step")
+        table.add_column("result", overflow="fold")
+        for step in ("decay", "reconcile", "consolidate", "prune"):
+            counts = result.get(step, {})
+            table.add_row(step, ", ".join(f"{k}={v}" for k, v in counts.items()))
+        for step, why in result.get("skipped", {}).items():
+            table.add_row(step, f"skipped: {why}")
+        obj.console.print(table)
+
+    obj.emit(result, render)
+
+
+@command(main)
+def status(obj: Context) -> None:
+    """Which mode is on (LLM, embedder, none) and what waits for extraction or embedding."""
+    with _memory_with_llm(obj, background=False) as memory:
+        data = memory.for_user(obj.user).status()
+
+    def render() -> None:
+        table = Table(title=f"status of {obj.user}")
+        table.add_column("what")
+        table.add_column("value", overflow="fold")
+        for key, value in data.items():
+            table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
+        obj.console.print(table)
+
+    obj.emit(data, render)

@@ -1,0 +1,85 @@
+"""Consolidation: old sessions are distilled into knowledge and their turns marked.
+
+A session qualifies when all its turns are older than ``idle_days``, it has at least
+``min_turns`` turns, and some are not consolidated yet. One LLM call per session turns
+its unconsolidated turns (the first ``max_turns`` of them) into items of source
+``consolidation``, linked to those turns; the items and the ``turn.consolidated`` mark
+are written in one transaction. Turns stay until ``prune``. A session whose call fails
+is left as it was and tried again on the next run.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from ..clock import iso
+from ..errors import InvalidInput
+from ..store.base import TurnQuery
+from ..types import CATEGORIES, ItemQuery
+from .calls import ask, event, llm_events
+from .prompts import Consolidation, consolidation_messages, entity_or_none, time_or_none
+
+if TYPE_CHECKING:
+    from ..memory import UserMemory
+    from ..providers.llm import LLM
+
+__all__ = ["consolidate"]
+
+log = logging.getLogger("ledgermem.consolidation")
+
+
+def consolidate(handle: UserMemory, llm: LLM, *, max_sessions: int = 5, idle_days: float = 14,
+                min_turns: int = 5, max_turns: int = 200, instructions: str | None = None
+                ) -> dict[str, int]:
+    """Consolidate up to ``max_sessions`` sessions of one user, oldest first.
+
+    Returns ``consolidated`` (sessions), ``extracted_items`` and ``failed`` (calls).
+    """
+    store, user_id, memory = handle.memory.store, handle.user_id, handle.memory
+    cutoff = iso(memory.clock() - timedelta(days=idle_days))
+    due = sorted((s for s in store.sessions(user_id)
+                  if s["last_ts"] < cutoff and s["turns"] >= min_turns and s["unconsolidated"]),
+                 key=lambda s: (s["last_ts"], s["session_id"]))[:max_sessions]
+    counts = {"consolidated": 0, "extracted_items": 0, "failed": 0}
+    for session in due:
+        turns = [t for t in store.query_turns(user_id, TurnQuery(session_id=session["session_id"]))
+                 if t.consolidated_at is None][:max_turns]
+        if not turns:
+            continue
+        known = store.query_items(user_id, ItemQuery(), limit=30)[0]
+        answer = ask(llm, consolidation_messages(turns, known, instructions=instructions),
+                     Consolidation, purpose="consolidation")
+        scoped = memory.for_user(user_id, agent_id=handle.scope.agent_id,
+                                 session_id=session["session_id"])
+        ids = [t.id for t in turns]
+        with store.transaction():
+            store.append(llm_events(scoped.scope, iso(memory.clock()), answer.calls))
+            if answer.value is None:
+                log.warning("consolidating session %s failed: %s", session["session_id"],
+                            answer.error)
+                counts["failed"] += 1
+                continue
+            added = 0
+            for fact in answer.value.items:
+                try:
+                    with store.transaction():
+                        scoped.remember(
+                            fact.content, fact.category if fact.category in CATEGORIES else "fact",
+                            source="consolidation", context=fact.context or None,
+                            entity=entity_or_none(fact.entity), sensitive=fact.sensitive,
+                            due_at=time_or_none(fact.due_at, turns[-1].ts), valid_from=turns[-1].ts,
+                            metadata={"turn_ids": ids},
+                            reason=f"consolidated from session {session['session_id']}")
+                    added += 1
+                except InvalidInput as exc:
+                    log.warning("consolidation item skipped: %s", exc)
+            store.append([event(scoped.scope, iso(memory.clock()), "turn.consolidated",
+                                {"ids": ids, "items": added,
+                                 "skipped": len(answer.value.rejected)})])
+        counts["consolidated"] += 1
+        counts["extracted_items"] += added
+        log.info("consolidated session %s: %d turns, %d items", session["session_id"],
+                 len(turns), added)
+    return counts

@@ -1,0 +1,309 @@
+"""Extraction (mem0-style): new turns and related items in, memory operations out.
+
+``add_turns(..., infer=True)`` marks its turns ``pending`` in the store; that mark
+*is* the queue, so a crash or restart loses nothing. A worker claims a batch (the
+turns of one ``add_turns`` call) for a while, asks the LLM, and applies the answer's
+ADD / UPDATE / DELETE / NOOP operations and the ``turns.extracted`` mark in one
+transaction, after checking it still holds the claim: a batch is applied once, even
+when a worker died mid-call and another took over after the claim expired.
+
+A failed LLM call (invalid JSON, timeout, HTTP error after the provider's retries)
+marks the turns ``failed`` with the error, so nothing blocks the queue;
+``UserMemory.requeue_extraction()`` puts failed turns back. Operations that cannot be
+applied (an id that was not shown, a DELETE over the limit, no content) are logged to
+``ledgermem.extraction`` and skipped; the others are applied.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from ..clock import iso, system_clock
+from ..errors import InvalidInput, NotFound
+from ..store.base import TurnQuery
+from ..types import CATEGORIES, Item, ItemQuery, Turn
+from .calls import ask, event, llm_events
+from .prompts import (
+    ExtractionResult,
+    Operation,
+    entity_or_none,
+    extraction_messages,
+    time_or_none,
+)
+
+if TYPE_CHECKING:
+    from ..memory import Memory, UserMemory
+
+__all__ = ["ExtractionOptions", "ExtractionReport", "ExtractionWorker", "apply_operations",
+           "extract"]
+
+log = logging.getLogger("ledgermem.extraction")
+
+
+@dataclass(frozen=True)
+class ExtractionOptions:
+    """Tuning of extraction.
+
+    Attributes:
+        min_words: a batch with fewer words is marked ``skipped`` without a call.
+        related_items: existing items shown to the model (hybrid search on the turns).
+        max_deletes_per_turn: DELETEs applied per extraction call (one ``add_turns``
+            batch, or ``max_turns_per_call`` turns of it); more are skipped.
+        max_turns_per_call: a longer batch is extracted in several calls.
+        claim_seconds: how long a worker holds a batch before another may take it over;
+            longer than one LLM call with its retries.
+        queue_batches: batches read from the queue at a time.
+        background: extract in a daemon thread as turns arrive; False leaves the queue
+            to ``flush()`` (batch jobs, or a CLI that must not call the model).
+    """
+
+    min_words: int = 20
+    related_items: int = 10
+    max_deletes_per_turn: int = 1
+    max_turns_per_call: int = 20
+    claim_seconds: float = 120.0
+    queue_batches: int = 16
+    background: bool = True
+
+
+@dataclass
+class ExtractionReport:
+    """What one extraction call did: ``outcome`` is ``done``, ``skipped``, ``failed``,
+    or ``lost`` (another worker applied these turns meanwhile)."""
+
+    turn_ids: list[str]
+    outcome: str
+    counts: dict[str, int] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+class _Rejected(Exception):
+    """An operation that cannot be applied as asked."""
+
+
+def extract(memory: Memory, turns: Sequence[Turn], *, holder: str,
+            options: ExtractionOptions, instructions: str | None) -> ExtractionReport:
+    """Extract knowledge from ``turns`` (one user, claimed by ``holder``) and apply it."""
+    first, store = turns[0], memory.store
+    handle = memory.for_user(first.user_id, agent_id=first.agent_id,
+                             session_id=first.session_id)
+    ids = [t.id for t in turns]
+    words = sum(len(t.content.split()) for t in turns)
+    if words < options.min_words:
+        note = {"outcome": "skipped", "reason": f"{words} words, fewer than {options.min_words}"}
+        return _settle(memory, handle, ids, holder, [], note)
+    assert memory.llm is not None, "extraction needs an LLM"
+    now = memory.clock()
+    hits = memory.searcher.search_items(first.user_id, "\n".join(t.content for t in turns),
+                                        ItemQuery(), options.related_items, now=now)
+    shown = {str(n): hit.item for n, hit in enumerate(hits, start=1) if hit.item is not None}
+    messages = extraction_messages(turns, shown, instructions=instructions, now=turns[-1].ts)
+    answer = ask(memory.llm, messages, ExtractionResult, purpose="extraction")
+    if answer.value is None:
+        log.warning("extraction of turns %s failed, marked failed: %s", ids, answer.error)
+        return _settle(memory, handle, ids, holder, answer.calls,
+                       {"outcome": "failed", "error": answer.error}, error=answer.error)
+    result = answer.value
+    with store.transaction():
+        if not store.confirm_extraction(first.user_id, ids, holder):
+            return _lost(memory, handle, ids, answer.calls)
+        store.append(llm_events(handle.scope, iso(now), answer.calls))
+        counts, problems = apply_operations(handle, result, shown, turns, options)
+        store.append([event(handle.scope, iso(memory.clock()), "turns.extracted",
+                            {"ids": ids, "outcome": "done", **counts,
+                             **({"problems": problems} if problems else {})})])
+    return ExtractionReport(ids, "done", counts, problems)
+
+
+def _settle(memory: Memory, handle: UserMemory, ids: list[str], holder: str, calls: Any,
+            payload: dict[str, Any], error: str | None = None) -> ExtractionReport:
+    ts = iso(memory.clock())
+    with memory.store.transaction():
+        if not memory.store.confirm_extraction(handle.user_id, ids, holder):
+            return _lost(memory, handle, ids, calls)
+        memory.store.append([*llm_events(handle.scope, ts, calls), event(
+            handle.scope, ts, "turns.extracted", {"ids": ids, **payload})])
+    return ExtractionReport(ids, str(payload["outcome"]), error=error)
+
+
+def _lost(memory: Memory, handle: UserMemory, ids: list[str], calls: Any) -> ExtractionReport:
+    log.info("turns %s were extracted by another worker meanwhile; answer dropped", ids)
+    memory.store.append(llm_events(handle.scope, iso(memory.clock()), calls))
+    return ExtractionReport(ids, "lost")
+
+
+def apply_operations(handle: UserMemory, result: ExtractionResult, shown: Mapping[str, Item],
+                     turns: Sequence[Turn], options: ExtractionOptions
+                     ) -> tuple[dict[str, int], list[str]]:
+    """Apply each operation in its own savepoint; one that fails is logged and skipped.
+
+    Returns counts (``added``, ``updated``, ``deleted``, ``noop``, ``rejected``) and a
+    line per skipped operation.
+    """
+    counts: Counter[str] = Counter({"added": 0, "updated": 0, "deleted": 0, "noop": 0,
+                                    "rejected": 0})
+    problems = [f"unreadable operation {bad}" for bad in result.rejected]
+    touched: set[str] = set()
+    turn_ids = [t.id for t in turns]
+    at = turns[-1].ts
+    for op in result.operations:
+        if op.op == "DELETE" and counts["deleted"] >= options.max_deletes_per_turn:
+            problems.append(f"DELETE {op.id}: more than {options.max_deletes_per_turn} "
+                            "DELETE(s) in one extraction")
+            continue
+        try:
+            with handle.memory.store.transaction():
+                counts[_apply(handle, op, shown, touched, turn_ids, at)] += 1
+        except (_Rejected, InvalidInput, NotFound) as exc:
+            problems.append(f"{op.op} {op.id or ''}: {exc}".replace("  ", " "))
+    counts["rejected"] = len(problems)
+    for problem in problems:
+        log.warning("extraction operation skipped: %s", problem)
+    return dict(counts), problems
+
+
+def _apply(handle: UserMemory, op: Operation, shown: Mapping[str, Item], touched: set[str],
+           turn_ids: list[str], at: str) -> str:
+    if op.op == "NOOP":
+        return "noop"
+    why = op.reason or "extracted from conversation"
+    if op.op == "ADD":
+        if not op.content or not op.content.strip():
+            raise _Rejected("no content")
+        handle.remember(op.content, _category(op.category), source="llm_extract",
+                        context=op.context or None, entity=entity_or_none(op.entity),
+                        sensitive=op.sensitive, due_at=time_or_none(op.due_at, at),
+                        valid_from=time_or_none(op.valid_from, at) or at,
+                        metadata={"turn_ids": turn_ids}, reason=why)
+        return "added"
+    target = shown.get(op.id or "")
+    if target is None:
+        raise _Rejected(f"id {op.id!r} was not among the items shown")
+    if target.id in touched:
+        raise _Rejected("a second operation on the same item")
+    touched.add(target.id)
+    if op.op == "DELETE":
+        handle.invalidate(target.id, reason=why, source="llm_extract", turn_ids=turn_ids, at=at)
+        return "deleted"
+    if not op.content or not op.content.strip():
+        raise _Rejected("no content")
+    if op.content.strip() == target.content:
+        return "noop"
+    handle.revise(target.id, op.content,
+                  category=op.category if op.category in CATEGORIES else None,
+                  context=op.context or None, entity=entity_or_none(op.entity),
+                  sensitive=op.sensitive or None, due_at=time_or_none(op.due_at, at),
+                  source="llm_extract", reason=why, turn_ids=turn_ids,
+                  at=time_or_none(op.valid_from, at) or at)
+    return "updated"
+
+
+def _category(value: str | None) -> str:
+    return value if value in CATEGORIES else "fact"
+
+
+class ExtractionWorker:
+    """Extracts pending turns in a daemon thread woken by ``notify``.
+
+    ``flush()`` extracts everything pending in the caller's thread, waiting for
+    batches another worker holds until that worker finishes or its claim expires.
+    """
+
+    def __init__(self, memory: Memory, *, options: ExtractionOptions | None = None,
+                 instructions: str | None = None) -> None:
+        self.memory = memory
+        self.options = options or ExtractionOptions()
+        self.instructions = instructions
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.failures = 0
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._busy = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+
+    def notify(self) -> None:
+        """Turns were queued: extract them soon (in the background, if enabled)."""
+        if not self.options.background:
+            return
+        with self._start_lock:
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(target=self._loop, name="ledgermem-extract",
+                                                daemon=True)
+                self._thread.start()
+        self._wake.set()
+
+    def pending(self) -> bool:
+        """Whether any turn, of any user, waits for extraction."""
+        return bool(self.memory.store.pending_extractions(1))
+
+    def run_once(self) -> int:
+        """Claim and extract the batches at the head of the queue; returns turns settled."""
+        store, done = self.memory.store, 0
+        now = system_clock()
+        for user_id, ids in store.pending_extractions(
+                self.options.queue_batches, claimable_at=iso(now), holder=self.holder):
+            if self._stop.is_set():
+                break
+            now = system_clock()
+            until = iso(now + timedelta(seconds=self.options.claim_seconds))
+            if not store.claim_extraction(user_id, ids, self.holder, until, iso(now)):
+                continue
+            turns = store.query_turns(user_id, TurnQuery(ids=tuple(ids)))
+            size = max(1, self.options.max_turns_per_call)
+            for start in range(0, len(turns), size):
+                report = extract(self.memory, turns[start:start + size], holder=self.holder,
+                                 options=self.options, instructions=self.instructions)
+                done += 0 if report.outcome == "lost" else len(report.turn_ids)
+        return done
+
+    def flush(self) -> int:
+        """Extract everything pending; returns how many turns this worker settled."""
+        total = 0
+        with self._busy:
+            while True:
+                settled = self.run_once()
+                total += settled
+                if settled:
+                    continue
+                if not self.pending():
+                    return total
+                time.sleep(0.05)  # held by another worker: wait for it or its claim to lapse
+
+    def _loop(self) -> None:
+        delay = 0.5
+        while not self._stop.is_set():
+            self._wake.wait(timeout=self.options.claim_seconds)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                with self._busy:
+                    while not self._stop.is_set() and self.run_once():
+                        pass
+                delay = 0.5
+            except Exception:  # the worker must outlive a failing store or a bug in a batch
+                self.failures += 1
+                log.exception("extraction failed; retrying in %.1fs", delay)
+                if self._stop.wait(delay):
+                    return
+                delay = min(delay * 2, 30.0)
+                self._wake.set()
+
+    def close(self) -> None:
+        """Stop the thread; pending turns stay pending in the store."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
