@@ -298,6 +298,15 @@ def bench() -> None:
     """Retrieval-quality and scale benchmarks."""
 
 
+def _json_flag(ctx: click.Context, _: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.find_object(Context).as_json = True  # type: ignore[union-attr]
+
+
+json_option = click.option("--json", "as_json_flag", is_flag=True, expose_value=False,
+                           callback=_json_flag, help="Print one JSON object.")
+
+
 def _ks(value: str) -> tuple[int, ...]:
     try:
         ks = tuple(int(part) for part in value.split(",") if part.strip())
@@ -321,6 +330,7 @@ def _print_result(obj: Context, result: dict[str, Any], metrics: list[str]) -> N
 
 
 @command(bench, "locomo")
+@json_option
 @click.option("--data", type=click.Path(exists=True, dir_okay=False), required=True)
 @click.option("--k", "ks", default="5,10,20", show_default=True, help="Cut-offs, e.g. 5,10,20.")
 @click.option("--mode", type=click.Choice(["hybrid", "keyword", "vector"]), default="hybrid",
@@ -339,6 +349,7 @@ def bench_locomo(obj: Context, data: str, ks: str, mode: str, embedder: str) -> 
 
 
 @command(bench, "longmemeval")
+@json_option
 @click.option("--data", type=click.Path(exists=True, dir_okay=False), required=True)
 @click.option("--granularity", type=click.Choice(["session", "turn"]), default="session",
               show_default=True)
@@ -359,6 +370,7 @@ def bench_longmemeval(obj: Context, data: str, granularity: str, mode: str,
 
 
 @command(bench, "scale")
+@json_option
 @click.option("--items", default="10000,100000", show_default=True,
               help="Store sizes to measure, comma-separated.")
 @click.option("--queries", type=int, default=200, show_default=True)

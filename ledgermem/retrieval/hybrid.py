@@ -37,7 +37,7 @@ class SearchOptions:
     candidates: int = 50
     rrf_k: float = 60.0
     keyword_weight: float = 1.0
-    vector_weight: float = 1.0
+    vector_weight: float = 0.3
     salience: SalienceWeights = field(default_factory=SalienceWeights)
     mode: Literal["hybrid", "keyword", "vector"] = "hybrid"
     expansion_weight: float = 0.5
