@@ -120,11 +120,11 @@ def test_for_user_needs_a_context(mem: Memory) -> None:
 
 def test_metadata_that_cannot_be_stored_is_invalid_input(mem: Memory, alice: UserMemory,
                                                          item: Item) -> None:
-    # Regression guard (fixed): memory.py remember/update (and log_tool_call arguments, add_turn metadata)
-    # never check that metadata is JSON-serialisable; json.dumps in store/sql.py append
-    # raises a bare TypeError from inside the transaction instead of InvalidInput (the
-    # rollback does keep the store unchanged). Suggested fix: validate with json.dumps in
-    # memory.py (_clean_content or a _check_json helper) and raise InvalidInput.
+    # Regression (fixed): memory.py remember/update (and log_tool_call arguments, add_turn metadata)
+    # never check that metadata is JSON-serialisable; json.dumps in store/sql.py append raises a
+    # bare TypeError from inside the transaction instead of InvalidInput (the rollback does keep the
+    # store unchanged). Suggested fix: validate with json.dumps in memory.py (_clean_content or a
+    # _check_json helper) and raise InvalidInput.
     before = snapshot(mem)
     with pytest.raises(InvalidInput):
         alice.remember("Has metadata with a datetime", metadata={"at": datetime.now(UTC)})
@@ -132,12 +132,12 @@ def test_metadata_that_cannot_be_stored_is_invalid_input(mem: Memory, alice: Use
 
 
 def test_due_at_with_a_timezone_name_is_not_silently_read_as_utc(alice: UserMemory) -> None:
-    # Regression guard (fixed): clock.py parse_when hands "1 Dec 2026 14:00 PST" to dateutil without tzinfos;
-    # dateutil warns (UnknownTimezoneWarning), drops "PST" and returns a naive datetime,
-    # which parse_when then labels UTC: the reminder is stored 8 hours early. (Under
-    # pytest's filterwarnings=error it raises the warning instead of InvalidInput.)
-    # Suggested fix: pass tzinfos for the common abbreviations, or turn
-    # UnknownTimezoneWarning into InvalidInput (warnings.catch_warnings + "error").
+    # Regression (fixed): clock.py parse_when hands "1 Dec 2026 14:00 PST" to dateutil without
+    # tzinfos; dateutil warns (UnknownTimezoneWarning), drops "PST" and returns a naive datetime,
+    # which parse_when then labels UTC: the reminder is stored 8 hours early. (Under pytest's
+    # filterwarnings=error it raises the warning instead of InvalidInput.) Suggested fix: pass
+    # tzinfos for the common abbreviations, or turn UnknownTimezoneWarning into InvalidInput
+    # (warnings.catch_warnings + "error").
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # what a user's program sees by default
         try:

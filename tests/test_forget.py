@@ -163,14 +163,13 @@ def _bob_fillers(bob: UserMemory) -> None:
 
 def test_forgotten_item_text_does_not_survive_in_the_database_file(
         mem: Memory, alice: UserMemory, bob: UserMemory) -> None:
-    # Regression guard (fixed): forget() blanks the ledger rows and deletes the view row, but SQLite keeps the
-    # old bytes in free pages (and FTS5 keeps the term in its old index segments), so the
-    # "forgotten" text can be read back from m.db with `strings`. DESIGN.md: forgetting
-    # "redact[s] the content everywhere". Suggested fix in store/sqlite.py _conn():
-    # `PRAGMA secure_delete = ON`, and after redact/delete_user run
-    # `INSERT INTO knowledge_fts(knowledge_fts) VALUES('optimize')` (same for
-    # conversations_fts) so FTS segments holding the term are rewritten. (Checked: with
-    # both, this test and the next pass.)
+    # Regression (fixed): forget() blanks the ledger rows and deletes the view row, but SQLite keeps
+    # the old bytes in free pages (and FTS5 keeps the term in its old index segments), so the
+    # "forgotten" text can be read back from m.db with `strings`. DESIGN.md: forgetting "redact[s]
+    # the content everywhere". Suggested fix in store/sqlite.py _conn(): `PRAGMA secure_delete =
+    # ON`, and after redact/delete_user run `INSERT INTO knowledge_fts(knowledge_fts)
+    # VALUES('optimize')` (same for conversations_fts) so FTS segments holding the term are
+    # rewritten. (Checked: with both, this test and the next pass.)
     _bob_fillers(bob)
     item = alice.remember(f"My secret is {SECRET}")
     alice.forget(item.id)
@@ -179,7 +178,7 @@ def test_forgotten_item_text_does_not_survive_in_the_database_file(
 
 def test_forgotten_user_text_does_not_survive_in_the_database_file(
         mem: Memory, alice: UserMemory, bob: UserMemory) -> None:
-    # Regression guard (fixed): same root cause as above, for forget_user (store/sql.py delete_user): the
+    # Regression (fixed): same root cause as above, for forget_user (store/sql.py delete_user): the
     # deleted rows' bytes stay in free pages and in the FTS5 index segments.
     _bob_fillers(bob)
     alice.remember(f"My secret is {SECRET}")

@@ -89,14 +89,14 @@ def test_rebuild_restores_deleted_views_identically(mem: Memory, alice: UserMemo
 
 @pytest.mark.usefixtures("busy_ledger")
 def test_rebuild_repairs_a_wiped_fts_index(mem: Memory, alice: UserMemory) -> None:
-    # Regression guard (fixed): store/sql.py SQLStore.rebuild starts with `DELETE FROM knowledge` (and
-    # conversations); the AFTER DELETE triggers then send FTS5 'delete' commands for rows
-    # the damaged index does not hold, and SQLite fails with "database disk image is
-    # malformed" (StorageError). So rebuild, the documented crash-recovery tool, cannot
-    # repair an out-of-sync or emptied FTS index, the one index it most needs to fix.
-    # Suggested fix: call self._rebuild_fts(run) at the start of rebuild too (re-syncs
-    # the index with the current rows so the triggers' deletes are valid), or
-    # 'delete-all' the FTS tables with the triggers dropped. Checked: syncing first works.
+    # Regression (fixed): store/sql.py SQLStore.rebuild starts with `DELETE FROM knowledge` (and
+    # conversations); the AFTER DELETE triggers then send FTS5 'delete' commands for rows the
+    # damaged index does not hold, and SQLite fails with "database disk image is malformed"
+    # (StorageError). So rebuild, the documented crash-recovery tool, cannot repair an out-of-sync
+    # or emptied FTS index, the one index it most needs to fix. Suggested fix: call
+    # self._rebuild_fts(run) at the start of rebuild too (re-syncs the index with the current rows
+    # so the triggers' deletes are valid), or 'delete-all' the FTS tables with the triggers dropped.
+    # Checked: syncing first works.
     with raw(mem) as conn:
         for fts in ("knowledge_fts", "conversations_fts"):
             conn.execute(f"INSERT INTO {fts} ({fts}) VALUES ('delete-all')")

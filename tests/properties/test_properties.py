@@ -114,7 +114,7 @@ def test_user_a_never_sees_user_b(mem: Memory, mine: list[str], theirs: list[str
 @given(text=non_blank, category=st.sampled_from(CATEGORIES))
 def test_remembering_the_same_text_twice_is_idempotent(mem: Memory, text: str,
                                                        category: str) -> None:
-    # Regression guard (fixed): fails for texts without an FTS-indexable word ("!", "🎉", "_"): see
+    # Regression (fixed): fails for texts without an FTS-indexable word ("!", "🎉", "_"): see
     # tests/test_remember.py::test_remembering_identical_text_without_words_twice_keeps_one_item
     user = fresh(mem)
     first = user.remember(text, category)

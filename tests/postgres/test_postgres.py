@@ -1,0 +1,474 @@
+"""The PostgreSQL store on a real server: the Memory API, isolation with row-level
+security behind it, many processes at once, job claims, and parity with SQLite."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+
+from ledgermem import (
+    Memory,
+    NotFound,
+    SchemaMismatch,
+    SQLiteStore,
+    StorageError,
+    UserMemory,
+)
+from ledgermem.retrieval.embedding import reembed
+from ledgermem.retrieval.hybrid import SearchOptions
+from ledgermem.store.pg_migrations import PG_MIGRATIONS
+from ledgermem.store.postgres import PostgresStore
+from ledgermem.testing import HashEmbedder
+from ledgermem.types import ItemQuery
+from tests.postgres.conftest import with_login
+from tests.postgres.workers import claim_then_die, write_and_search
+from tests.support import FakeClock
+
+LATEST = max(m.version for m in PG_MIGRATIONS)
+
+
+def table_rows(url: str, sql: str, params: list[Any] | None = None, *,
+               user: str | None = None) -> list[tuple[Any, ...]]:
+    """Rows read over a plain connection as the store's role, as ``user`` (or as
+    nobody: row-level security then shows nothing)."""
+    with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
+        if user is not None:
+            conn.execute("SELECT set_config('ledgermem.user_id', %s, true)", [user])
+        cursor = conn.execute(sql, params or [])
+        return cursor.fetchall() if cursor.description else []
+
+
+def everyone(url: str, sql: str) -> list[tuple[Any, ...]]:
+    """Rows read as the store's role with row-level security open to every user."""
+    with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
+        conn.execute("SELECT set_config('ledgermem.all_users', 'on', true)")
+        cursor = conn.execute(sql)
+        return cursor.fetchall() if cursor.description else []
+
+
+# opening ----------------------------------------------------------------------------
+def test_open_by_url_migrates_once_and_hides_the_password(pg_url: str) -> None:
+    with Memory.open(pg_url, embedder=None) as memory:
+        store = memory.store
+        assert isinstance(store, PostgresStore)
+        assert store.schema_version() == LATEST
+        assert ":***@" in store.url and "lm_app_" in store.url
+        memory.for_user("alice").remember("Kept across reopening")
+    with Memory.open(pg_url, embedder=None) as memory:  # migrations are not rerun
+        assert memory.store.schema_version() == LATEST  # type: ignore[attr-defined]
+        assert [i.content for i in memory.for_user("alice").all_knowledge()["items"]] == [
+            "Kept across reopening"]
+    versions = table_rows(pg_url, "SELECT version FROM schema_version ORDER BY 1")
+    assert versions == [(v,) for v in range(1, LATEST + 1)]
+
+
+def test_concurrent_openers_create_a_new_schema_once(pg_database: str) -> None:
+    schema = "t_race_" + str(threading.get_ident())[-6:]
+    stores: list[PostgresStore] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def open_store() -> None:
+        try:
+            start.wait(timeout=30)
+            stores.append(PostgresStore(pg_database, schema=schema, max_size=1))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_store) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    try:
+        assert not errors, errors
+        assert [s.schema_version() for s in stores] == [LATEST] * 4
+        stores[0].set_meta("k", "v")
+        assert stores[3].get_meta("k") == "v"
+    finally:
+        for store in stores:
+            store.close()
+        with psycopg.connect(pg_database, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def test_driver_errors_become_storage_errors(pg_database: str, pg_store: PostgresStore
+                                             ) -> None:
+    with pytest.raises(StorageError) as caught:
+        PostgresStore(with_login(pg_database, dbname="no_such_database"))
+    assert isinstance(caught.value.__cause__, psycopg.Error)
+    with pytest.raises(StorageError) as caught, pg_store.transaction():
+        pg_store._read("SELECT no_such_column FROM knowledge")
+    assert isinstance(caught.value.__cause__, psycopg.errors.UndefinedColumn)
+    pg_store.close()
+    with pytest.raises(StorageError, match="closed"):
+        pg_store.get_item("alice", "x")
+
+
+# the Memory API ---------------------------------------------------------------------
+def test_remember_update_forget_and_history(pg_memory: Memory, clock: FakeClock) -> None:
+    alice = pg_memory.for_user("alice")
+    tea = alice.remember("Sarah Chen prefers green tea", "preference",
+                         entity="person:sarah_chen", sensitive=True, metadata={"n": 1})
+    assert alice.get(tea.id) == tea
+    clock.advance(minutes=1)
+    changed = alice.update(tea.id, content="Sarah Chen prefers oolong tea", context="work")
+    assert (changed.content, changed.context, changed.sensitive) == (
+        "Sarah Chen prefers oolong tea", "work", True)
+    twin = alice.remember("Sarah Chen prefers oolong tea", "preference", context="work",
+                          entity="person:sarah_chen")
+    assert twin.id == tea.id  # dedup found it through full-text search
+    note = alice.remember("Parking is on level 3", "note", due_at="tomorrow")
+    assert [i.id for i in alice.upcoming(days=2)] == [note.id]
+    alice.forget(note.id)
+    with pytest.raises(NotFound):
+        alice.get(note.id)
+    assert [e.kind for e in alice.history(note.id)] == ["memory.added", "memory.deleted"]
+    assert "Parking" not in str(alice.history(note.id))
+    page = alice.all_knowledge(sensitive=True, sort="created_at", order="asc")
+    assert [i.id for i in page["items"]] == [tea.id] and page["total"] == 1
+    assert alice.entities() == [("person:sarah_chen", 1)]
+    assert alice.contexts() == [("work", 1)]
+    stats = alice.stats()
+    assert (stats["items"], stats["items_total"], stats["by_category"]) == (
+        1, 1, {"preference": 1})
+
+
+def test_hybrid_search_finds_by_keywords_and_vectors(pg_memory: Memory) -> None:
+    alice = pg_memory.for_user("alice")
+    alice.remember("Sarah Chen prefers green tea in the morning", "preference")
+    alice.remember("The deploy script lives in the ops folder", "fact")
+    alice.remember("Green paint is drying in the garage", "note")
+    alice.add_turns([
+        {"role": "user", "content": "We went hiking at Yosemite in May"},
+        {"role": "assistant", "content": "Lovely! How was the weather there?"},
+    ], session_id="trip")
+    assert pg_memory.flush() >= 0
+    assert pg_memory.store.counts("alice")["items_unembedded"] == 0
+
+    hits = alice.search("which tea does Sarah drink", touch=False)
+    assert hits[0].content.startswith("Sarah Chen prefers green tea")
+    assert {"keyword_rank", "vector_rank"} <= hits[0].why.keys()
+    only_notes = alice.search("green", category="note", touch=False)
+    assert [h.content for h in only_notes] == ["Green paint is drying in the garage"]
+    turns = alice.search_conversations("hiking Yosemite")
+    assert turns[0].turn is not None and turns[0].turn.content.startswith("We went hiking")
+    assert {"keyword_rank", "vector_rank"} <= turns[0].why.keys()
+    reply = alice.search_conversations("weather hiking", session_id="trip")
+    assert {h.turn.content for h in reply if h.turn} >= {"Lovely! How was the weather there?"}
+    recalled = alice.search("green tea")
+    assert alice.get(recalled[0].id).use_count == 1
+
+
+@pytest.mark.parametrize("query", [
+    '"unbalanced', "tea*", "NEAR(tea coffee)", "-tea", "tea AND OR NOT", "a & b | !c",
+    "'); DROP TABLE knowledge; --", "(((", "tea:*", "<->", "100%", "?", "the of and",
+])
+def test_keyword_search_never_raises_on_query_syntax(pg_memory: Memory, query: str) -> None:
+    alice = pg_memory.for_user("alice")
+    alice.remember("Tea and coffee are both fine", "preference")
+    alice.search(query, touch=False)
+    alice.search_conversations(query)
+    assert alice.stats()["items"] == 1
+
+
+def test_tools_decay_and_prune(pg_memory: Memory, clock: FakeClock) -> None:
+    alice = pg_memory.for_user("alice")
+    alice.log_tool_call("grep", {"pattern": "x"}, duration_ms=4)
+    failed = alice.log_tool_call("deploy", {"env": "prod"}, success=False, error="timeout",
+                                 duration_ms=10)
+    assert failed.success is False and failed.arguments == {"env": "prod"}
+    assert [t.name for t in alice.tool_errors()] == ["deploy"]
+    assert {s["name"]: (s["calls"], s["failures"]) for s in alice.tool_stats()} == {
+        "grep": (1, 0), "deploy": (1, 1)}
+    assert [i.content for i in alice.by_category("error")] == ["Tool deploy failed: timeout"]
+    weak = alice.remember("A weak hunch", "note", confidence=0.05)
+    alice.add_turn("user", "hello there")
+    clock.advance(days=100)
+    assert alice.apply_confidence_decay() == 2
+    assert alice.apply_confidence_decay() == 0
+    assert alice.get(weak.id).confidence == pytest.approx(0.045)
+    assert alice.prune(days=90) == {"turns": 1, "tool_calls": 2, "items": 1}
+    assert alice.tool_stats() == [] and alice.recent_conversations() == []
+    assert alice.history(weak.id)[0].kind == "memory.added"
+
+
+def test_forget_user_erases_only_that_user(pg_memory: Memory, pg_url: str) -> None:
+    alice, bob = pg_memory.for_user("alice"), pg_memory.for_user("bob")
+    alice.remember("Alice fact")
+    alice.add_turn("user", "hi")
+    bob.remember("Bob fact")
+    assert alice.forget_user() == 2
+    assert alice.stats()["events"] == 0
+    assert [i.content for i in bob.all_knowledge()["items"]] == ["Bob fact"]
+    assert everyone(pg_url, "SELECT DISTINCT user_id FROM events") == [("bob",)]
+    assert pg_memory.store.user_ids() == ["bob"]
+
+
+def test_rebuild_rederives_views_and_keeps_vectors(pg_memory: Memory, pg_url: str) -> None:
+    alice, bob = pg_memory.for_user("alice"), pg_memory.for_user("bob")
+    item = alice.remember("Rebuild keeps the kettle warm", "fact")
+    alice.update(item.id, confidence=0.3)
+    alice.add_turn("user", "talking about kettles", session_id="s")
+    alice.log_tool_call("kettle", {"on": True})
+    bob.remember("Bob's own fact")
+    pg_memory.flush()
+    columns = {
+        "knowledge": "id, user_id, content, confidence, embedding::text, embedding_model, fts",
+        "conversations": "id, content, context, day, embedding::text, fts",
+        "tool_history": "id, name, arguments, success",
+    }
+    before = {t: everyone(pg_url, f"SELECT {c} FROM {t} ORDER BY id")
+              for t, c in columns.items()}
+    everyone(pg_url, "UPDATE knowledge SET confidence = 0.99")  # damaged views
+    everyone(pg_url, "DELETE FROM tool_history")
+    pg_memory.rebuild()
+    after = {t: everyone(pg_url, f"SELECT {c} FROM {t} ORDER BY id") for t, c in columns.items()}
+    assert after == before
+    assert len(before["knowledge"]) == 2 and before["knowledge"][0][4] is not None
+    assert alice.search("kettle", touch=False)[0].id == item.id
+
+
+# isolation --------------------------------------------------------------------------
+def test_another_user_gets_not_found(pg_memory: Memory) -> None:
+    alice, bob = pg_memory.for_user("alice"), pg_memory.for_user("bob")
+    secret = alice.remember("Alice's locker code is quartz-7431", "fact")
+    alice.add_turn("user", "my locker code is quartz-7431")
+    pg_memory.flush()
+    for attempt in (bob.get, bob.forget, bob.history,
+                    lambda i: bob.update(i, content="hijacked")):
+        with pytest.raises(NotFound):
+            attempt(secret.id)
+    assert bob.search("locker code quartz") == []
+    assert bob.search_conversations("locker code quartz") == []
+    assert bob.stats()["events"] == 0
+    assert alice.get(secret.id).content == "Alice's locker code is quartz-7431"
+
+
+def test_row_level_security_is_a_second_wall(pg_memory: Memory, pg_url: str) -> None:
+    pg_memory.for_user("alice").remember("Alice's fact")
+    pg_memory.for_user("alice").add_turn("user", "Alice speaking")
+    pg_memory.for_user("bob").remember("Bob's fact")
+    # The store's own role, without the WHERE clauses the store adds:
+    assert table_rows(pg_url, "SELECT content FROM knowledge") == []
+    assert table_rows(pg_url, "SELECT content FROM knowledge", user="alice") == [
+        ("Alice's fact",)]
+    assert table_rows(pg_url, "SELECT user_id, count(*) FROM events GROUP BY 1",
+                      user="alice") == [("alice", 2)]
+    assert table_rows(pg_url, "SELECT count(*) FROM conversations", user="bob") == [(0,)]
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        table_rows(pg_url, "INSERT INTO tool_history (id, user_id, name, success, ts) "
+                           "VALUES ('x', 'bob', 'n', true, 't')", user="alice")
+    assert table_rows(pg_url, "UPDATE knowledge SET content = 'x' RETURNING 1",
+                      user="mallory") == []
+    assert len(everyone(pg_url, "SELECT 1 FROM knowledge")) == 2
+
+
+# many processes, many workers -------------------------------------------------------
+def test_processes_write_and_search_concurrently(pg_url: str) -> None:
+    processes, per_process = 3, 100
+    ctx = multiprocessing.get_context("spawn")
+    start = ctx.Barrier(processes)
+    PostgresStore(pg_url).close()  # children race on data, not on the schema
+    children = [ctx.Process(target=write_and_search, args=(pg_url, w, per_process, start))
+                for w in range(processes)]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(timeout=120)
+    assert [c.exitcode for c in children] == [0] * processes
+
+    with Memory(PostgresStore(pg_url), embedder=None) as memory:
+        user = memory.for_user("shared")
+        items = user.all_knowledge(limit=None)["items"]
+        assert Counter(i.metadata["worker"] for i in items) == dict.fromkeys(
+            range(processes), per_process)
+        assert sorted((s["session_id"], s["turns"]) for s in user.sessions()) == [
+            (f"worker-{w}", per_process) for w in range(processes)]
+        stats = user.stats()
+        assert (stats["items"], stats["turns"]) == (processes * per_process,) * 2
+        assert stats["events"] == 2 * processes * per_process + processes * 5
+        assert [h.content for h in user.search("p2w42t0", touch=False)] == [
+            "p2w42t0 p2w42t1 p2w42t2 p2w42t3"]
+
+
+def test_workers_claim_disjoint_embedding_jobs(pg_url: str) -> None:
+    with Memory(PostgresStore(pg_url), embedder=None) as memory:
+        alice, bob = memory.for_user("alice"), memory.for_user("bob")
+        for n in range(25):
+            alice.remember(f"alice job{n}")
+            bob.remember(f"bob job{n}")
+    embedder = HashEmbedder()
+    stores = [PostgresStore(pg_url, max_size=1) for _ in range(2)]
+    claimed: list[list[str]] = [[], []]
+    both_hold = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        try:
+            with stores[n].claim_pending_embeddings("knowledge", 30) as rows:
+                claimed[n] = [row_id for row_id, _ in rows]
+                both_hold.wait(timeout=30)  # both claims are held at once here
+                vectors = embedder.embed_batch([text for _, text in rows])
+                stores[n].set_embeddings("knowledge", [
+                    (row_id, text, vectors[i]) for i, (row_id, text) in enumerate(rows)],
+                    embedder.model_id)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    try:
+        assert not errors, errors
+        assert sorted(map(len, claimed)) == [20, 30]
+        assert not set(claimed[0]) & set(claimed[1])
+        assert stores[0].pending_embeddings("knowledge", 100) == []
+        with pytest.raises(RuntimeError), stores[0].claim_pending_embeddings("knowledge", 5):
+            raise RuntimeError("a failing worker")
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_a_dead_worker_releases_its_claim(pg_store: PostgresStore, pg_url: str) -> None:
+    with Memory(pg_store, embedder=None) as memory:
+        ids = {memory.for_user("alice").remember(f"job number {n}").id for n in range(5)}
+        ctx = multiprocessing.get_context("spawn")
+        claimed, release = ctx.Queue(), ctx.Event()
+        child = ctx.Process(target=claim_then_die, args=(pg_url, claimed, release))
+        child.start()
+        assert set(claimed.get(timeout=60)) == ids
+        assert pg_store.pending_embeddings("knowledge", 10) == []  # claimed elsewhere
+        release.set()
+        child.join(timeout=60)
+        assert child.exitcode == 3
+        deadline = time.monotonic() + 30  # the server notices the dropped connection
+        while not (pending := pg_store.pending_embeddings("knowledge", 10)):
+            assert time.monotonic() < deadline, "the dead worker's claim was never released"
+            time.sleep(0.05)
+        assert {i for i, _ in pending} == ids
+
+
+# vectors ----------------------------------------------------------------------------
+def test_hnsw_search_with_filters_matches_exact_search(pg_memory: Memory, pg_url: str
+                                                      ) -> None:
+    store = pg_memory.store
+    assert isinstance(store, PostgresStore)
+    alice, bob = pg_memory.for_user("alice"), pg_memory.for_user("bob")
+    for n in range(60):
+        alice.remember(f"alice topic{n % 7} detail{n}", "fact" if n % 2 else "note")
+        bob.remember(f"bob topic{n % 7} detail{n}")
+    pg_memory.flush()
+    indexes = {r[0] for r in table_rows(pg_url, "SELECT indexname FROM pg_indexes WHERE "
+                                                "schemaname = current_schema()")}
+    assert {"knowledge_hnsw_64", "conversations_hnsw_64"} <= indexes
+    query = HashEmbedder().embed_query("topic3 detail10")
+    filters = ItemQuery(category="note")
+    exact = store.vector_search_items("alice", query, filters, 10)
+    store.exact_search_limit = 0
+    try:
+        approximate = store.vector_search_items("alice", query, filters, 10)
+    finally:
+        store.exact_search_limit = PostgresStore.exact_search_limit
+    # The same scores; rows tied on a score may come in another order.
+    assert len(exact) == 10
+    assert np.allclose([s for _, s in approximate], [s for _, s in exact], atol=1e-6)
+    last = exact[-1][1]
+    assert {i for i, s in approximate if s > last + 1e-6} == {
+        i for i, s in exact if s > last + 1e-6}
+    notes = {i.id for i in pg_memory.for_user("alice").by_category("note")}
+    assert {i for i, _ in exact} <= notes
+
+
+def test_vectors_of_another_model_are_refused_then_reembedded(pg_memory: Memory,
+                                                               pg_url: str) -> None:
+    store = pg_memory.store
+    alice = pg_memory.for_user("alice")
+    item = alice.remember("Mixing models corrupts rankings")
+    alice.add_turn("user", "and so do mixed dimensions")
+    pg_memory.flush()
+    with pytest.raises(SchemaMismatch):
+        store.set_embeddings("knowledge", [(item.id, item.content, np.ones(8, np.float32))],
+                             "other-model")
+    small = HashEmbedder(dimensions=32)
+    assert reembed(store, small) == 2
+    assert (store.get_meta("embedding_model"), store.get_meta("embedding_dimensions")) == (
+        "hash:32", "32")
+    indexes = {r[0] for r in table_rows(pg_url, "SELECT indexname FROM pg_indexes WHERE "
+                                                "indexname LIKE '%%hnsw%%' AND "
+                                                "schemaname = current_schema()")}
+    assert indexes == {"knowledge_hnsw_32", "conversations_hnsw_32"}
+    found = store.vector_search_items("alice", small.embed_query("mixing models"),
+                                      ItemQuery(), 5)
+    assert [i for i, _ in found] == [item.id]
+    store.clear_embeddings()
+    assert store.counts("alice")["items_unembedded"] == 1
+
+
+# parity with SQLite -----------------------------------------------------------------
+FACTS = [
+    ("Sarah Chen prefers green tea in the morning", "preference"),
+    ("Sarah's favourite tea shop is on Elm Street", "fact"),
+    ("The team drinks coffee at the Monday standup", "fact"),
+    ("Green tea gives Sarah a headache after 6pm", "fact"),
+    ("The deploy script needs the staging credentials", "skill"),
+    ("Remember to water the green plants on Friday", "reminder"),
+    ("Coffee beans are ordered from the Elm Street roastery", "note"),
+]
+TURNS = [
+    ("user", "Sarah and I went hiking at Yosemite in May"),
+    ("assistant", "That sounds wonderful. Did Sarah enjoy the hike?"),
+    ("user", "Yes! She brought green tea in a thermos"),
+    ("assistant", "Tea on a mountain trail, lovely."),
+    ("user", "Next time we plan a coffee tasting on Elm Street"),
+]
+QUERIES = ["green tea", "Sarah tea morning", "coffee Elm Street", "deploy credentials",
+           "hiking Yosemite", "what does Sarah drink", "plants"]
+
+
+def fill(memory: Memory, clock: FakeClock) -> UserMemory:
+    alice = memory.for_user("alice")
+    for content, category in FACTS:
+        clock.advance(hours=1)
+        alice.remember(content, category)
+    for role, content in TURNS:
+        clock.advance(minutes=5)
+        alice.add_turn(role, content, session_id="chat")
+    memory.flush()
+    return alice
+
+
+def test_same_ranking_as_sqlite(pg_store: PostgresStore, tmp_path: Path) -> None:
+    """Fusion runs above the store, so the backends agree wherever their retrievers
+    do: vector search is the same exact cosine ranking on both (turns smoothed by
+    their neighbours on both). The keyword scorers differ (BM25 against ts_rank_cd),
+    so hybrid search agrees on what it finds and on what comes first."""
+    found: list[dict[str, Any]] = []
+    for store in (pg_store, SQLiteStore(tmp_path / "parity.db")):
+        clock = FakeClock()
+        with Memory(store, embedder=HashEmbedder(), clock=clock) as memory:
+            alice = fill(memory, clock)
+            runs: dict[str, Any] = {}
+            for mode in ("vector", "hybrid"):
+                memory.searcher.options = SearchOptions(mode=mode, limit=10)  # type: ignore[arg-type]
+                runs[mode] = [
+                    [(h.content, round(h.why["vector_score"], 5)) for h in
+                     alice.search(q, touch=False) + alice.search_conversations(q)]
+                    for q in QUERIES]
+            found.append(runs)
+    postgres, sqlite = found
+    assert all(postgres["vector"]) and postgres["vector"] == sqlite["vector"]
+    for pg_hits, sqlite_hits in zip(postgres["hybrid"], sqlite["hybrid"], strict=True):
+        assert pg_hits[0] == sqlite_hits[0]
+        assert sorted(pg_hits) == sorted(sqlite_hits)
