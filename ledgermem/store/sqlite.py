@@ -314,7 +314,7 @@ class SQLiteStore(SQLStore):
                 f"SELECT emb_seq, id, embedding FROM {_table(table)} WHERE user_id = ? AND "
                 "emb_seq > ? AND embedding IS NOT NULL ORDER BY emb_seq", [user_id, block.cursor])
             if rows:
-                block.upsert((r[1], np.frombuffer(r[2], dtype=np.float32)) for r in rows)
+                block.upsert([r[1] for r in rows], [r[2] for r in rows])
                 block.cursor = int(rows[-1][0])
             return block
 
@@ -351,11 +351,12 @@ class SQLiteStore(SQLStore):
         with self._indexes[table].lock:
             if smoothing:
                 self._turn_neighbours(user_id, block)
-            order, scores = block.ranked(query, smoothing)
+            scores = block.scores(query, smoothing)
         found: list[tuple[str, float]] = []
         start, step = 0, max(limit * 4, 64)
         while len(found) < limit and start < block.count:
-            chunk = [int(i) for i in order[start:start + step] if np.isfinite(scores[i])]
+            chunk = [int(i) for i in block.best(scores, start, start + step)
+                     if np.isfinite(scores[i])]
             start += step
             step *= 4
             if not chunk:

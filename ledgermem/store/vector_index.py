@@ -8,7 +8,7 @@ rows whose ``emb_seq`` grew since (including rows written by other processes).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -31,33 +31,33 @@ class UserVectors:
         self.neighbours: npt.NDArray[np.intp] | None = None
         self.neighbours_key: tuple[int, int] = (-1, -1)
 
-    def upsert(self, rows: Iterable[tuple[str, Vector]]) -> None:
-        for row_id, vector in rows:
-            if vector.shape[0] != self.matrix.shape[1]:
-                continue
-            at = self.position.get(row_id)
+    def upsert(self, ids: Sequence[str], blobs: Sequence[bytes]) -> None:
+        """Add or replace vectors given as float32 BLOBs (rows of another size are
+        skipped: they belong to another model)."""
+        dims = self.matrix.shape[1]
+        keep = [i for i, blob in enumerate(blobs) if len(blob) == dims * 4]
+        if not keep:
+            return
+        vectors = np.frombuffer(b"".join(blobs[i] for i in keep), dtype=np.float32)
+        vectors = vectors.reshape(len(keep), dims)
+        fresh = len({ids[i] for i in keep} - self.position.keys())
+        if self.count + fresh > self.matrix.shape[0]:
+            grow = max(64, self.count + fresh - self.matrix.shape[0], self.count)
+            self.matrix = np.vstack([self.matrix, np.zeros((grow, dims), dtype=np.float32)])
+            self.alive = np.concatenate([self.alive, np.zeros(grow, dtype=bool)])
+        positions = np.empty(len(keep), dtype=np.intp)
+        for n, i in enumerate(keep):
+            at = self.position.get(ids[i])
             if at is None:
-                if self.count == self.matrix.shape[0]:
-                    grow = max(64, self.count)
-                    self.matrix = np.vstack([self.matrix, np.zeros(
-                        (grow, self.matrix.shape[1]), dtype=np.float32)])
-                    self.alive = np.concatenate([self.alive, np.zeros(grow, dtype=bool)])
-                at = self.count
+                at = self.position[ids[i]] = self.count
+                self.ids.append(ids[i])
                 self.count += 1
-                self.ids.append(row_id)
-                self.position[row_id] = at
-            self.matrix[at] = vector
-            self.alive[at] = True
+            positions[n] = at
+        self.matrix[positions] = vectors
+        self.alive[positions] = True
 
-    def discard(self, row_ids: Iterable[str]) -> None:
-        for row_id in row_ids:
-            at = self.position.get(row_id)
-            if at is not None:
-                self.alive[at] = False
-
-    def ranked(self, query: Vector, smoothing: float = 0.0
-               ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float32]]:
-        """Positions of live rows by descending score, and all scores.
+    def scores(self, query: Vector, smoothing: float = 0.0) -> npt.NDArray[np.float32]:
+        """Cosine of every row (-inf for dead rows).
 
         With ``smoothing`` > 0 and ``neighbours`` set, a row's score is its cosine plus
         ``smoothing`` × the best cosine among its neighbours (positions, -1 for none).
@@ -68,18 +68,16 @@ class UserVectors:
             padded = np.append(scores, np.float32(-np.inf))
             best = padded[self.neighbours].max(axis=1) if self.neighbours.size else padded[:-1]
             scores = scores + smoothing * np.where(np.isfinite(best), best, 0).astype(np.float32)
-        return np.argsort(-scores, kind="stable"), scores
+        return scores
 
-    def top(self, query: Vector, k: int) -> list[tuple[str, float]]:
-        """The ``k`` best live rows as (id, cosine)."""
-        if self.count == 0:
-            return []
-        scores = self.matrix[: self.count] @ query
-        scores[~self.alive[: self.count]] = -np.inf
-        k = min(k, self.count)
-        best = np.argpartition(-scores, k - 1)[:k]
-        best = best[np.argsort(-scores[best], kind="stable")]
-        return [(self.ids[i], float(scores[i])) for i in best if np.isfinite(scores[i])]
+    @staticmethod
+    def best(scores: npt.NDArray[np.float32], start: int, stop: int) -> npt.NDArray[np.intp]:
+        """Positions ranked ``start`` to ``stop`` (0-based) by descending score, sorting
+        only as much as needed."""
+        if stop >= len(scores):
+            return np.argsort(-scores, kind="stable")[start:]
+        head = np.argpartition(-scores, stop - 1)[:stop]
+        return head[np.argsort(-scores[head], kind="stable")][start:]
 
 
 class VectorIndex:

@@ -1,0 +1,244 @@
+"""Numbered schema migrations of the PostgreSQL store.
+
+Same tables and columns as SQLite (see ``migrations.py``), in PostgreSQL's types:
+identity columns for ``seq`` and ``pk``, BOOLEAN flags, DOUBLE PRECISION numbers,
+``vector`` embeddings (no fixed dimension: the HNSW index is an expression index
+created once the dimension is recorded), generated ``tsvector`` columns with GIN
+indexes instead of FTS5 tables, and row-level security keyed on a per-transaction
+setting. Timestamps stay ISO 8601 TEXT and JSON stays TEXT, so the SQL shared with
+SQLite reads the same on both. Text columns use the "C" collation: ids and
+timestamps sort byte-wise, as in SQLite.
+"""
+
+from __future__ import annotations
+
+from .migrations import Migration
+
+__all__ = ["PG_MIGRATIONS", "USER_TABLES", "hnsw_index_sql"]
+
+USER_TABLES = ("events", "knowledge", "conversations", "tool_history")
+"""Tables of one user's rows in m0004 (later migrations secure their own tables)."""
+
+_TEXT = 'TEXT COLLATE "C"'
+
+
+def m0001_initial() -> tuple[str, ...]:
+    t = _TEXT
+    return (
+        f"CREATE TABLE IF NOT EXISTS meta (key {t} PRIMARY KEY, value TEXT NOT NULL)",
+        f"""CREATE TABLE events (
+            seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            id {t} NOT NULL UNIQUE,
+            ts {t} NOT NULL,
+            user_id {t} NOT NULL,
+            agent_id {t},
+            session_id {t},
+            kind {t} NOT NULL,
+            subject_id {t},
+            payload TEXT NOT NULL,
+            visibility {t} NOT NULL DEFAULT 'private'
+        )""",
+        "CREATE INDEX events_user_seq ON events (user_id, seq)",
+        "CREATE INDEX events_subject ON events (subject_id)",
+        f"""CREATE TABLE knowledge (
+            pk BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            id {t} NOT NULL UNIQUE,
+            user_id {t} NOT NULL,
+            agent_id {t},
+            category {t} NOT NULL,
+            content TEXT NOT NULL,
+            domain {t},
+            source {t} NOT NULL,
+            confidence DOUBLE PRECISION NOT NULL,
+            context {t} NOT NULL DEFAULT 'global',
+            entity {t},
+            sensitive BOOLEAN NOT NULL DEFAULT FALSE,
+            due_at {t},
+            reminded_at {t},
+            superseded_by {t},
+            valid_from {t},
+            valid_to {t},
+            created_at {t} NOT NULL,
+            updated_at {t} NOT NULL,
+            last_used_at {t},
+            use_count INTEGER NOT NULL DEFAULT 0,
+            metadata TEXT NOT NULL DEFAULT '{{}}',
+            embedding vector,
+            embedding_model {t},
+            emb_seq BIGINT
+        )""",
+        "CREATE INDEX knowledge_user ON knowledge (user_id, category, context)",
+        "CREATE INDEX knowledge_entity ON knowledge (user_id, entity)",
+        "CREATE INDEX knowledge_due ON knowledge (user_id, due_at) WHERE due_at IS NOT NULL",
+        "CREATE INDEX knowledge_embedded ON knowledge (user_id) WHERE embedding IS NOT NULL",
+        "CREATE INDEX knowledge_pending ON knowledge (pk) WHERE embedding IS NULL",
+        f"""CREATE TABLE conversations (
+            pk BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            id {t} NOT NULL UNIQUE,
+            user_id {t} NOT NULL,
+            agent_id {t},
+            session_id {t} NOT NULL,
+            role {t} NOT NULL,
+            name {t},
+            content TEXT NOT NULL,
+            ts {t} NOT NULL,
+            consolidated_at {t},
+            metadata TEXT NOT NULL DEFAULT '{{}}',
+            context TEXT NOT NULL DEFAULT '',
+            day TEXT NOT NULL DEFAULT '',
+            embedding vector,
+            embedding_model {t},
+            emb_seq BIGINT
+        )""",
+        "CREATE INDEX conversations_session ON conversations (user_id, session_id, ts)",
+        "CREATE INDEX conversations_ts ON conversations (user_id, ts)",
+        "CREATE INDEX conversations_embedded ON conversations (user_id) "
+        "WHERE embedding IS NOT NULL",
+        "CREATE INDEX conversations_pending ON conversations (pk) WHERE embedding IS NULL",
+        f"""CREATE TABLE tool_history (
+            id {t} PRIMARY KEY,
+            user_id {t} NOT NULL,
+            agent_id {t},
+            session_id {t},
+            name {t} NOT NULL,
+            arguments TEXT NOT NULL DEFAULT '{{}}',
+            success BOOLEAN NOT NULL,
+            duration_ms DOUBLE PRECISION,
+            error TEXT,
+            ts {t} NOT NULL
+        )""",
+        "CREATE INDEX tool_history_user ON tool_history (user_id, name, ts)",
+        "CREATE SEQUENCE embedding_seq",
+    )
+
+
+ITEM_TSVECTOR = ("setweight(to_tsvector('ledgermem_english', content || ' ' || "
+                 "coalesce(entity, '')), 'A')")
+TURN_TSVECTOR = ("setweight(to_tsvector('ledgermem_english', content || ' ' || "
+                 "coalesce(name, '') || ' ' || day), 'A') || "
+                 "setweight(to_tsvector('ledgermem_english', context), 'B')")
+
+
+def m0002_add_fts() -> tuple[str, ...]:
+    """Generated tsvector columns (always in step with the row, nothing to rebuild)
+    and the token counts BM25 needs.
+
+    The ``ledgermem_english`` configuration stems like PostgreSQL's ``english`` but
+    keeps stopwords, as SQLite's porter tokenizer does: "and", "not" or "who" stay
+    searchable words. Weights mirror SQLite's BM25 column weights: a turn's
+    neighbours' text (``context``) is weight B (counts 0.4), everything else A (1.0).
+    """
+    statements = [
+        "CREATE TEXT SEARCH DICTIONARY ledgermem_english_stem "
+        "(TEMPLATE = snowball, Language = english)",
+        "CREATE TEXT SEARCH CONFIGURATION ledgermem_english (COPY = english)",
+        "ALTER TEXT SEARCH CONFIGURATION ledgermem_english ALTER MAPPING FOR asciiword, "
+        "asciihword, hword_asciipart, word, hword, hword_part WITH ledgermem_english_stem",
+        "CREATE FUNCTION ledgermem_tokens(tsvector) RETURNS integer LANGUAGE sql IMMUTABLE "
+        "PARALLEL SAFE AS $$ SELECT coalesce(sum(cardinality(positions)), 0)::integer "
+        "FROM unnest($1) $$",
+    ]
+    for table, tsvector in (("knowledge", ITEM_TSVECTOR), ("conversations", TURN_TSVECTOR)):
+        statements += [
+            f"ALTER TABLE {table} ADD COLUMN fts tsvector GENERATED ALWAYS AS ({tsvector}) "
+            "STORED",
+            f"ALTER TABLE {table} ADD COLUMN doc_len integer GENERATED ALWAYS AS "
+            f"(ledgermem_tokens({tsvector})) STORED",
+            f"CREATE INDEX {table}_fts ON {table} USING gin (fts)",
+            f"CREATE INDEX {table}_doc_len ON {table} (user_id) INCLUDE (doc_len)",
+        ]
+    return tuple(statements)
+
+
+def m0003_add_embedding_staging() -> tuple[str, ...]:
+    """Vectors of a new model, kept apart while ``reembed`` runs."""
+    t = _TEXT
+    return (
+        f"""CREATE TABLE embedding_staging (
+            table_name {t} NOT NULL,
+            id {t} NOT NULL,
+            model {t} NOT NULL,
+            content TEXT NOT NULL,
+            vector vector NOT NULL,
+            PRIMARY KEY (table_name, id, model)
+        )""",
+    )
+
+
+def _row_level_security(table: str) -> tuple[str, ...]:
+    """A second wall behind the ``user_id = ?`` of every statement.
+
+    A row is visible (and writable) when its ``user_id`` is the transaction's
+    ``ledgermem.user_id`` setting, or when the transaction set
+    ``ledgermem.all_users`` for maintenance across users. FORCE makes the policies
+    bind the table's owner too; only superusers and BYPASSRLS roles pass around them.
+    NULLIF: once a transaction has set a custom setting, later transactions of the
+    session read it as '' rather than NULL.
+    """
+    user = "user_id = NULLIF(current_setting('ledgermem.user_id', true), '')"
+    every = "current_setting('ledgermem.all_users', true) = 'on'"
+    return (
+        f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY",
+        f"ALTER TABLE {table} FORCE ROW LEVEL SECURITY",
+        f"CREATE POLICY {table}_own ON {table} USING ({user}) WITH CHECK ({user})",
+        f"CREATE POLICY {table}_maintenance ON {table} USING ({every}) WITH CHECK ({every})",
+    )
+
+
+def m0004_row_level_security() -> tuple[str, ...]:
+    return tuple(s for table in USER_TABLES for s in _row_level_security(table))
+
+
+def m0005_add_pipeline() -> tuple[str, ...]:
+    """The extraction queue on turns, LLM call accounting and reconciled pairs (see
+    SQLite's m0005), with row-level security on the two new tables."""
+    t = _TEXT
+    return (
+        *(f"ALTER TABLE conversations ADD COLUMN {column} {t}" for column in (
+            "extraction", "extraction_batch", "extraction_claim", "extraction_claim_until")),
+        "CREATE INDEX conversations_extraction ON conversations (pk) "
+        "WHERE extraction = 'pending'",
+        "CREATE INDEX conversations_extraction_batch ON conversations (extraction_batch) "
+        "WHERE extraction_batch IS NOT NULL",
+        f"""CREATE TABLE llm_calls (
+            id {t} PRIMARY KEY,
+            user_id {t} NOT NULL,
+            ts {t} NOT NULL,
+            purpose {t} NOT NULL,
+            model {t} NOT NULL,
+            tokens_in INTEGER NOT NULL DEFAULT 0,
+            tokens_out INTEGER NOT NULL DEFAULT 0,
+            latency_ms DOUBLE PRECISION NOT NULL DEFAULT 0,
+            outcome {t} NOT NULL,
+            error TEXT
+        )""",
+        "CREATE INDEX llm_calls_user ON llm_calls (user_id, purpose)",
+        f"""CREATE TABLE comparisons (
+            user_id {t} NOT NULL,
+            item_a {t} NOT NULL,
+            item_b {t} NOT NULL,
+            outcome {t} NOT NULL,
+            similarity DOUBLE PRECISION,
+            ts {t} NOT NULL,
+            PRIMARY KEY (user_id, item_a, item_b)
+        )""",
+        *_row_level_security("llm_calls"),
+        *_row_level_security("comparisons"),
+    )
+
+
+def hnsw_index_sql(table: str, dims: int) -> str:
+    """An HNSW cosine index over the vectors of one dimension (a column of type
+    ``vector`` without a dimension cannot be indexed directly)."""
+    return (f"CREATE INDEX IF NOT EXISTS {table}_hnsw_{int(dims)} ON {table} USING hnsw "
+            f"((embedding::vector({int(dims)})) vector_cosine_ops) "
+            f"WHERE vector_dims(embedding) = {int(dims)}")
+
+
+PG_MIGRATIONS: tuple[Migration, ...] = tuple(
+    Migration(number, fn.__name__.split("_", 1)[1], fn())
+    for number, fn in enumerate(
+        (m0001_initial, m0002_add_fts, m0003_add_embedding_staging, m0004_row_level_security,
+         m0005_add_pipeline),
+        start=1)
+)

@@ -1,0 +1,589 @@
+"""The server store: PostgreSQL with tsvector full-text search and pgvector.
+
+Many processes on many machines share one database. Connections come from a
+psycopg 3 pool; a write transaction keeps its connection in a thread-local, so
+nested writes become savepoints and reads inside a write see it. The ledger
+projection and the portable queries are ``SQLStore``'s, run with ``?`` rewritten
+to ``%s``.
+
+Isolation has two walls: every statement filters on ``user_id``, and row-level
+security (forced on the tables' owner too) shows a transaction only the rows of
+the user set in ``ledgermem.user_id``. Each user-scoped method sets it; the few
+maintenance methods that work across users (embedding, rebuild) set
+``ledgermem.all_users`` instead. A statement that ran with neither sees nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import numpy as np
+import psycopg
+from pgvector import Vector as PgVector
+from pgvector.psycopg import register_vector
+from psycopg import sql as pgsql
+from psycopg.abc import Buffer
+from psycopg.adapt import Loader
+from psycopg.pq import Format
+from psycopg.types import TypeInfo
+from psycopg_pool import ConnectionPool
+
+from ..clock import iso, system_clock
+from ..errors import InvalidInput, SchemaMismatch, StorageError
+from ..types import Event, ItemQuery
+from .base import MatchMode, Store, Table, TurnQuery, Vector
+from .migrations import Migration
+from .pg_migrations import PG_MIGRATIONS, hnsw_index_sql
+from .sql import (
+    CONTEXT_TURNS,
+    EMBED_TEXT,
+    NEIGHBOUR_SMOOTHING,
+    Run,
+    SQLStore,
+    item_where_sql,
+    turn_where_sql,
+)
+
+__all__ = ["PostgresStore"]
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+MIGRATION_LOCK = 0x6C65646765726D
+"""``pg_advisory_xact_lock`` key serialising schema changes between openers."""
+
+EXACT_SEARCH_LIMIT = 10_000
+"""Up to this many candidate vectors a search is exact; beyond it, HNSW."""
+
+_AND_QUERY = "plainto_tsquery('ledgermem_english', ?)"
+_OR_QUERY = "replace(plainto_tsquery('ledgermem_english', ?)::text, ' & ', ' | ')::tsquery"
+_SET_SCOPE = ("SELECT set_config('ledgermem.user_id', %s, true), "
+              "set_config('ledgermem.all_users', %s, true)")
+_EVERY_USER = ("", True)
+_BM25_SQL = """
+WITH words AS (
+    SELECT DISTINCT lexeme
+    FROM unnest(tsvector_to_array(to_tsvector('ledgermem_english', ?))) AS lexeme
+), corpus AS (
+    SELECT count(*)::float8 AS n_rows, nullif(avg(doc_len), 0)::float8 AS avgdl
+    FROM {table} WHERE user_id = ?
+), idf AS (
+    SELECT w.lexeme, greatest(ln((c.n_rows - h.hits + 0.5) / (h.hits + 0.5)), 1e-6) AS idf
+    FROM words AS w CROSS JOIN corpus AS c CROSS JOIN LATERAL (
+        SELECT count(*) AS hits FROM {table}
+        WHERE user_id = ? AND fts @@ quote_literal(w.lexeme)::tsquery) AS h
+), matched AS (
+    SELECT t.pk, t.id, t.fts, t.doc_len FROM {table} AS t
+    WHERE t.fts @@ {tsquery} AND {where}
+)
+SELECT m.id, sum(i.idf * f.freq * 2.2 / (f.freq + 1.2 * (0.25 + 0.75 * m.doc_len / c.avgdl)))
+    AS score
+FROM matched AS m CROSS JOIN corpus AS c
+CROSS JOIN LATERAL (
+    SELECT v.lexeme, (SELECT sum(CASE x WHEN 'B' THEN 0.4 ELSE 1.0 END)
+                      FROM unnest(v.weights) AS x)::float8 AS freq
+    FROM unnest(m.fts) AS v) AS f
+JOIN idf AS i ON i.lexeme = f.lexeme
+GROUP BY m.pk, m.id ORDER BY score DESC, m.pk LIMIT ?
+"""
+"""FTS5's bm25 (k1 = 1.2, b = 0.75, idf floored at 1e-6): a term's frequency in a row
+counts weight-B positions (a turn's neighbours' text) 0.4, as SQLite weighs that
+column; the row's length is its token count (``doc_len``)."""
+_COSINE = "coalesce(nullif(1 - (embedding <=> ?::vector), 'NaN'), 0)"
+"""Cosine similarity, 0 for a zero vector (pgvector says NaN), as SQLite's dot product."""
+
+
+class _Local(threading.local):
+    conn: Conn | None = None
+    """The connection of this thread's open transaction, if any."""
+    scope: tuple[str, bool] = ("", False)
+    """(user id, all users) that statements of this thread should run as."""
+    applied: tuple[str, bool] | None = None
+    """What the open transaction has been told (None: unknown, tell it again)."""
+
+
+class _VectorText(Loader):
+    """``vector`` values load as float32 numpy arrays, as SQLite's BLOBs do."""
+
+    def load(self, data: Buffer) -> Vector:
+        return PgVector.from_text(bytes(data).decode()).to_numpy()
+
+
+class _VectorBinary(Loader):
+    format = Format.BINARY
+
+    def load(self, data: Buffer) -> Vector:
+        return np.frombuffer(data, dtype=">f4", offset=4).astype(np.float32)
+
+
+_UNSCOPED = frozenset({"append", "transaction", "close", "get_meta", "set_meta"})
+"""Store methods that choose their own row-level security scope, or touch no user rows."""
+
+
+def _row_level_scoped(cls: type[PostgresStore]) -> type[PostgresStore]:
+    """Wrap every ``Store`` method of ``cls`` in the row-level security scope its
+    signature says: one user's rows when its first argument is ``user_id``, every
+    user's otherwise (the protocol's maintenance methods). Done by signature, so a
+    method added to the protocol and to ``SQLStore`` is scoped without a change here.
+    """
+    for name, member in vars(Store).items():
+        if name.startswith("_") or name in _UNSCOPED or not callable(member):
+            continue
+        method = getattr(cls, name, None)
+        if method is None:  # not implemented yet: mypy's protocol check reports it
+            continue
+        first = list(inspect.signature(method).parameters)[1:2]
+        setattr(cls, name, _scoped(method, per_user=first == ["user_id"]))
+    return cls
+
+
+def _scoped(method: Callable[..., Any], *, per_user: bool) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def scoped(self: PostgresStore, *args: Any, **kwargs: Any) -> Any:
+        if per_user:
+            user_id = args[0] if args else kwargs["user_id"]
+            scope = (str(user_id), False)
+        else:
+            scope = _EVERY_USER
+        with self._scope(scope):
+            return method(self, *args, **kwargs)
+
+    return scoped
+
+
+@functools.lru_cache(maxsize=1024)
+def _placeholders(sql: str) -> str:
+    """Portable ``?`` placeholders as psycopg's ``%s`` (a literal ``%`` doubled)."""
+    return sql.replace("%", "%%").replace("?", "%s")
+
+
+@contextmanager
+def _translated(what: str = "PostgreSQL") -> Iterator[None]:
+    """The one boundary where driver errors become ``StorageError``."""
+    try:
+        yield
+    except psycopg.DataError as exc:
+        if "NUL" in str(exc):  # refused client-side: the text was never sent
+            raise InvalidInput("PostgreSQL cannot store text containing NUL (U+0000)"
+                               ) from exc
+        raise StorageError(f"{what}: {exc}") from exc
+    except psycopg.Error as exc:
+        raise StorageError(f"{what}: {exc}") from exc
+
+
+@_row_level_scoped
+class PostgresStore(SQLStore):
+    """PostgreSQL backend.
+
+    Args:
+        url: a libpq URL or connection string (``postgresql://user:pw@host/db``).
+        schema: where the tables live; created if missing (the ``vector`` extension
+            must exist in the database or be creatable by this role).
+        min_size / max_size: bounds of the connection pool.
+    """
+
+    _unlimited = ""
+    exact_search_limit = EXACT_SEARCH_LIMIT
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str = "public",
+        min_size: int = 1,
+        max_size: int = 10,
+        migrations: Sequence[Migration] = PG_MIGRATIONS,
+    ) -> None:
+        self.url = _public_url(url)
+        self.schema = schema
+        self._conninfo = url
+        self._local = _Local()
+        self._closed = False
+        self._search_path: str | None = None
+        self._migrate(migrations)
+        self._pool: ConnectionPool[Conn] = ConnectionPool(
+            url, min_size=min_size, max_size=max_size, open=False, name="ledgermem",
+            kwargs={"autocommit": True}, configure=self._configure,
+            check=ConnectionPool.check_connection,
+        )
+        with _translated(f"cannot connect to {self.url}"):
+            self._pool.open(wait=True, timeout=30)
+
+    # connections ------------------------------------------------------------------
+    def _configure(self, conn: Conn) -> None:
+        if self._search_path is not None:
+            conn.execute("SELECT set_config('search_path', %s, false)", [self._search_path])
+        register_vector(conn)
+        info = TypeInfo.fetch(conn, "vector")
+        if info is not None:
+            conn.adapters.register_loader(info.oid, _VectorText)
+            conn.adapters.register_loader(info.oid, _VectorBinary)
+
+    def close(self) -> None:
+        self._closed = True
+        self._pool.close()
+
+    @contextmanager
+    def _scope(self, scope: tuple[str, bool]) -> Iterator[None]:
+        """Statements of this thread run as ``scope`` (see ``_Local.scope``) inside."""
+        local = self._local
+        previous, local.scope = local.scope, scope
+        try:
+            yield
+        finally:
+            local.scope = previous
+
+    def _execute(self, conn: Conn, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        local = self._local
+        with _translated():
+            if local.applied != local.scope:
+                user, every = local.scope
+                conn.execute(_SET_SCOPE, [user, "on" if every else "off"])
+                local.applied = local.scope
+            cursor = conn.execute(_placeholders(sql), list(params))
+            return cursor.fetchall() if cursor.description is not None else []
+
+    def _run(self, conn: Conn) -> Run:
+        def run(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+            return self._execute(conn, sql, params)
+
+        return run
+
+    @contextmanager
+    def _writing(self) -> Iterator[Run]:
+        """A transaction (a savepoint when nested) on this thread's connection. Used
+        for reads of several statements too: PostgreSQL needs no write lock up front."""
+        local = self._local
+        if local.conn is not None:
+            try:
+                with _translated(), local.conn.transaction():
+                    yield self._run(local.conn)
+            finally:
+                local.applied = None  # a rolled-back savepoint undoes set_config too
+            return
+        if self._closed:
+            raise StorageError("the store is closed")
+        with _translated(), self._pool.connection() as conn:
+            local.conn, local.applied = conn, None
+            try:
+                with conn.transaction():
+                    yield self._run(conn)
+            finally:
+                local.conn, local.applied = None, None
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        if self._local.conn is not None:
+            return self._execute(self._local.conn, sql, params)
+        with self._writing() as run:
+            return run(sql, params)
+
+    # schema -----------------------------------------------------------------------
+    def schema_version(self) -> int:
+        """The highest migration applied to this schema."""
+        return int(self._read("SELECT max(version) FROM schema_version")[0][0] or 0)
+
+    def _migrate(self, migrations: Sequence[Migration]) -> None:
+        """Apply pending migrations, each in a transaction holding an advisory lock so
+        that processes opening the same database at once do not race."""
+        known = max((m.version for m in PG_MIGRATIONS), default=0)
+        with _translated(f"cannot open {self.url}"), psycopg.connect(
+                self._conninfo, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            if self.schema != "public":
+                with conn.transaction():
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", [MIGRATION_LOCK])
+                    if not conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s",
+                                        [self.schema]).fetchall():
+                        conn.execute(pgsql.SQL("CREATE SCHEMA {}").format(
+                            pgsql.Identifier(self.schema)))
+                row = conn.execute("SELECT quote_ident(%s) || ', ' || "
+                                   "current_setting('search_path')", [self.schema]).fetchone()
+                self._search_path = str(row[0]) if row else None
+                conn.execute("SELECT set_config('search_path', %s, false)", [self._search_path])
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", [MIGRATION_LOCK])
+                conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER "
+                             "PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)")
+            current = _version(conn)
+            if current > known:
+                raise SchemaMismatch(
+                    f"{self.url} has schema version {current}, newer than this ledgermem "
+                    f"understands ({known}); upgrade ledgermem")
+            for migration in migrations:
+                if migration.version <= current:
+                    continue
+                with conn.transaction(), self._scope(_EVERY_USER):
+                    self._local.applied = None
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", [MIGRATION_LOCK])
+                    if conn.execute("SELECT 1 FROM schema_version WHERE version = %s",
+                                    [migration.version]).fetchall():
+                        continue
+                    for step in migration.statements:
+                        if isinstance(step, str):
+                            conn.execute(step)
+                        else:
+                            step(self._run(conn))
+                    conn.execute("INSERT INTO schema_version (version, name, applied_at) "
+                                 "VALUES (%s, %s, %s)",
+                                 [migration.version, migration.name, iso(system_clock())])
+            dims = conn.execute("SELECT value FROM meta WHERE key = 'embedding_dimensions'"
+                                ).fetchall()
+            if dims:
+                with conn.transaction():
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", [MIGRATION_LOCK])
+                    for table in ("knowledge", "conversations"):
+                        conn.execute(hnsw_index_sql(table, int(dims[0][0])))
+
+    def _vector_index(self, run: Run, dims: int) -> None:
+        """HNSW indexes for vectors of ``dims`` dimensions; those of others go."""
+        run("SELECT pg_advisory_xact_lock(?)", [MIGRATION_LOCK])
+        for table in ("knowledge", "conversations"):
+            name = f"{table}_hnsw_{int(dims)}"
+            for (stale,) in run("SELECT indexname FROM pg_indexes WHERE schemaname = "
+                                "current_schema() AND tablename = ? AND indexname LIKE ? "
+                                "AND indexname <> ?", [table, f"{table}_hnsw_%", name]):
+                run(pgsql.SQL("DROP INDEX {}").format(pgsql.Identifier(stale)).as_string(None),
+                    [])
+            run(hnsw_index_sql(table, dims), [])
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self._writing() as run:
+            super().set_meta(key, value)
+            if key == "embedding_dimensions":
+                self._vector_index(run, int(value))
+
+    # ledger and views ---------------------------------------------------------------
+    def append(self, events: Sequence[Event]) -> None:
+        users = {event.user_id for event in events}
+        scope = (users.pop(), False) if len(users) == 1 else _EVERY_USER
+        with self._scope(scope):
+            super().append(events)
+
+    def _embedding_cache(self, run: Run) -> None:
+        """Vectors stay server-side across a rebuild, in a temporary table."""
+        run("CREATE TEMPORARY TABLE ledgermem_kept ON COMMIT DROP AS " + " UNION ALL ".join(
+            f"SELECT '{table}'::text AS table_name, id, {EMBED_TEXT[table]} AS text, "
+            f"embedding, embedding_model, emb_seq FROM {table} WHERE embedding IS NOT NULL"
+            for table in ("knowledge", "conversations")), [])
+
+    def _restore_embeddings(self, run: Run, kept: Any) -> None:
+        for table in ("knowledge", "conversations"):
+            run(f"UPDATE {table} SET embedding = k.embedding, embedding_model = "
+                "k.embedding_model, emb_seq = k.emb_seq FROM ledgermem_kept AS k WHERE "
+                f"k.table_name = ? AND k.id = {table}.id AND k.text = {EMBED_TEXT[table]}",
+                [table])
+        run("DROP TABLE ledgermem_kept", [])
+
+    def _rebuild_fts(self, run: Run) -> None:
+        """Nothing to do: the tsvector columns are generated from the rows."""
+
+    # full-text search -------------------------------------------------------------
+    def _keyword_search(self, table: str, user_id: str, terms: Sequence[str],
+                        mode: MatchMode, where: str, params: list[Any], limit: int
+                        ) -> list[tuple[str, float]]:
+        """Rows matching all terms (``and``) or any (``or``), ranked by BM25 as SQLite's
+        FTS5 ranks them (same k1, b, column weights and idf floor), with the corpus
+        statistics taken over this user's rows. Terms reach PostgreSQL as one bound
+        value parsed by ``plainto_tsquery``: no query syntax in them is interpreted."""
+        if not terms:
+            return []
+        text = " ".join(terms)
+        tsquery = _AND_QUERY if mode == "and" else _OR_QUERY
+        rows = self._read(_BM25_SQL.format(table=table, tsquery=tsquery, where=where),
+                          [text, user_id, user_id, text, *params, limit])
+        return [(r[0], float(r[1])) for r in rows]
+
+    def keyword_search_items(
+        self, user_id: str, terms: Sequence[str], mode: MatchMode, query: ItemQuery, limit: int
+    ) -> list[tuple[str, float]]:
+        where, params = item_where_sql(user_id, query, prefix="t.")
+        return self._keyword_search("knowledge", user_id, terms, mode, where, params, limit)
+
+    def keyword_search_turns(
+        self, user_id: str, terms: Sequence[str], mode: MatchMode, query: TurnQuery, limit: int
+    ) -> list[tuple[str, float]]:
+        where, params = turn_where_sql(user_id, query, prefix="t.")
+        return self._keyword_search("conversations", user_id, terms, mode, where, params,
+                                    limit)
+
+    # vector search ----------------------------------------------------------------
+    def _approximate(self, run: Run, table: str, user_id: str, dims: int, limit: int) -> bool:
+        """Whether this user has too many vectors for an exact search; if so, the
+        transaction is set up for an HNSW scan that keeps going until enough rows
+        pass the filters (pgvector's iterative scan)."""
+        many = run(f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE user_id = ? AND "
+                   f"vector_dims(embedding) = {dims} LIMIT ?) AS c",
+                   [user_id, self.exact_search_limit + 1])[0][0] > self.exact_search_limit
+        if many:
+            run("SELECT set_config('hnsw.ef_search', ?, true), "
+                "set_config('hnsw.iterative_scan', 'strict_order', true)",
+                [str(min(1000, max(40, limit)))])
+        return bool(many)
+
+    def vector_search_items(
+        self, user_id: str, vector: Vector, query: ItemQuery, limit: int
+    ) -> list[tuple[str, float]]:
+        """Items by cosine similarity, the filters in the same query: exact while the
+        user's vectors are few (a full ranking, as on SQLite), else by HNSW."""
+        q = np.asarray(vector, dtype=np.float32)
+        dims = int(q.shape[0])
+        where, params = item_where_sql(user_id, query)
+        source = f"FROM knowledge WHERE {where} AND vector_dims(embedding) = {dims}"
+        with self._writing() as run:
+            if self._approximate(run, "knowledge", user_id, dims, limit):
+                rows = run(
+                    f"SELECT id, 1 - d FROM (SELECT id, embedding::vector({dims}) <=> "
+                    f"?::vector({dims}) AS d {source} ORDER BY d LIMIT ?) AS s "
+                    "WHERE d <> 'NaN' ORDER BY d", [q, *params, limit])
+            else:
+                rows = run(
+                    f"SELECT id, {_COSINE} AS score {source} ORDER BY score DESC, pk LIMIT ?",
+                    [q, *params, limit])
+        return [(r[0], float(r[1])) for r in rows]
+
+    def vector_search_turns(
+        self, user_id: str, vector: Vector, query: TurnQuery, limit: int
+    ) -> list[tuple[str, float]]:
+        """Turns by cosine plus ``NEIGHBOUR_SMOOTHING`` × the best cosine among the
+        ``CONTEXT_TURNS`` turns on each side in the session, as on SQLite. Exact while
+        the user's vectors are few; else the sessions of the HNSW candidates are scored.
+        """
+        q = np.asarray(vector, dtype=np.float32)
+        dims = int(q.shape[0])
+        where, params = turn_where_sql(user_id, query, prefix="c.")
+        around = ", ".join(f"{f}(cos, {k}) OVER w" for f in ("lag", "lead")
+                           for k in range(1, CONTEXT_TURNS + 1))
+        with self._writing() as run:
+            scope, scope_params = "", []
+            if self._approximate(run, "conversations", user_id, dims, max(limit * 4, 64)):
+                scope = (f"AND session_id IN (SELECT session_id FROM (SELECT session_id FROM "
+                         f"conversations WHERE user_id = ? AND vector_dims(embedding) = {dims} "
+                         f"ORDER BY embedding::vector({dims}) <=> ?::vector({dims}) LIMIT ?) "
+                         "AS hits)")
+                scope_params = [user_id, q, max(limit * 4, 64)]
+            rows = run(
+                f"WITH scored AS (SELECT pk, session_id, ts, CASE WHEN vector_dims(embedding) "
+                f"= {dims} THEN {_COSINE} END AS cos FROM conversations WHERE user_id = ? "
+                f"{scope}), smoothed AS (SELECT pk, cos + ? * coalesce(greatest({around}), 0) "
+                "AS score FROM scored WINDOW w AS (PARTITION BY session_id "
+                "ORDER BY ts, pk)) SELECT c.id, s.score FROM smoothed AS s JOIN conversations "
+                f"AS c ON c.pk = s.pk WHERE s.score IS NOT NULL AND {where} "
+                "ORDER BY s.score DESC, c.pk LIMIT ?",
+                [q, user_id, *scope_params, NEIGHBOUR_SMOOTHING, *params, limit])
+        return [(r[0], float(r[1])) for r in rows]
+
+    # embeddings (maintenance across users) ----------------------------------------
+    def pending_embeddings(self, table: Table, limit: int) -> list[tuple[str, str]]:
+        """Rows without a vector that no worker has claimed (see
+        ``claim_pending_embeddings``)."""
+        return [(r[0], r[1]) for r in self._read(_pending_sql(table), [limit])]
+
+    @contextmanager
+    def claim_pending_embeddings(self, table: Table, limit: int
+                                 ) -> Iterator[list[tuple[str, str]]]:
+        """Claim up to ``limit`` rows without a vector for this worker alone.
+
+        The rows stay locked (``FOR UPDATE SKIP LOCKED``) until the block ends, so
+        concurrent workers claim disjoint rows; call ``set_embeddings`` inside the
+        block to commit the vectors with the claim. A worker that dies or raises
+        releases its claim with its transaction.
+
+        Example:
+            >>> with store.claim_pending_embeddings("knowledge", 64) as rows:  # doctest: +SKIP
+            ...     store.set_embeddings("knowledge", embed(rows), model)
+        """
+        with self._scope(_EVERY_USER), self._writing() as run:
+            yield [(r[0], r[1]) for r in run(_pending_sql(table), [limit])]
+
+    def set_embeddings(
+        self, table: Table, rows: Sequence[tuple[str, str, Vector]], model: str
+    ) -> int:
+        name = _table(table)
+        done = 0
+        with self._writing() as run:
+            live = run("SELECT value FROM meta WHERE key = 'embedding_model'", [])
+            if live and live[0][0] != model:
+                raise SchemaMismatch(f"{self.url} now uses {live[0][0]}; restart with that "
+                                     f"embedder instead of {model}")
+            for row_id, text, vector in sorted(rows, key=lambda row: row[0]):
+                done += len(run(
+                    f"UPDATE {name} SET embedding = ?, embedding_model = ?, emb_seq = "
+                    f"nextval('embedding_seq') WHERE id = ? AND {EMBED_TEXT[name]} = ? "
+                    "RETURNING 1", [np.asarray(vector, dtype=np.float32), model, row_id, text]))
+        return done
+
+    def unstaged(self, table: Table, model: str, limit: int) -> list[tuple[str, str]]:
+        name = _table(table)
+        rows = self._read(
+            f"SELECT id, {EMBED_TEXT[name]} AS text FROM {name} AS t WHERE NOT EXISTS ("
+            "SELECT 1 FROM embedding_staging AS s WHERE s.table_name = ? AND s.id = t.id "
+            f"AND s.model = ? AND s.content = {EMBED_TEXT[name]}) ORDER BY pk LIMIT ?",
+            [name, model, limit])
+        return [(r[0], r[1]) for r in rows]
+
+    def stage_embeddings(
+        self, table: Table, rows: Sequence[tuple[str, str, Vector]], model: str
+    ) -> None:
+        name = _table(table)
+        with self._writing() as run:
+            for row_id, text, vector in rows:
+                run("INSERT INTO embedding_staging (table_name, id, model, content, vector) "
+                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (table_name, id, model) DO UPDATE "
+                    "SET content = excluded.content, vector = excluded.vector",
+                    [name, row_id, model, text, np.asarray(vector, dtype=np.float32)])
+
+    def promote_staged(self, model: str, dimensions: int) -> bool:
+        with self._writing() as run:
+            for table in ("knowledge", "conversations"):
+                if run(f"SELECT 1 FROM {table} AS t WHERE NOT EXISTS (SELECT 1 FROM "
+                       "embedding_staging AS s WHERE s.table_name = ? AND s.id = t.id AND "
+                       f"s.model = ? AND s.content = {EMBED_TEXT[table]}) LIMIT 1",
+                       [table, model]):
+                    return False
+            for table in ("knowledge", "conversations"):
+                run(f"UPDATE {table} SET embedding = s.vector, embedding_model = s.model, "
+                    "emb_seq = nextval('embedding_seq') FROM embedding_staging AS s WHERE "
+                    f"s.table_name = ? AND s.id = {table}.id AND s.model = ?", [table, model])
+            run("DELETE FROM embedding_staging", [])
+            super().set_meta("embedding_model", model)
+            super().set_meta("embedding_dimensions", str(dimensions))
+            self._vector_index(run, dimensions)
+        return True
+
+    def clear_embeddings(self) -> None:
+        with self._writing() as run:
+            for table in ("knowledge", "conversations"):
+                run(f"UPDATE {table} SET embedding = NULL, embedding_model = NULL, "
+                    "emb_seq = NULL WHERE embedding IS NOT NULL", [])
+
+
+def _version(conn: Conn) -> int:
+    row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
+    return int(row[0] or 0) if row else 0
+
+
+def _pending_sql(table: str) -> str:
+    """Rows still without a vector, oldest first, skipping those another worker holds."""
+    return (f"SELECT id, {EMBED_TEXT[_table(table)]} FROM {table} WHERE embedding IS NULL "
+            "ORDER BY pk LIMIT ? FOR UPDATE SKIP LOCKED")
+
+
+def _table(table: str) -> str:
+    if table not in ("knowledge", "conversations"):
+        raise ValueError(f"no embedded table {table!r}")
+    return table
+
+
+def _public_url(url: str) -> str:
+    """``url`` with any password masked: the URL shows up in messages and logs."""
+    parts = urlsplit(url)
+    if parts.scheme.startswith("postgres") and parts.password is not None:
+        login, _, host = parts.netloc.rpartition("@")
+        url = urlunsplit(parts._replace(netloc=f"{login.split(':', 1)[0]}:***@{host}"))
+    return re.sub(r"(password\s*=\s*)[^\s&]+", r"\1***", url)

