@@ -175,6 +175,11 @@ class Memory:
             self._extraction.flush()
         return self._embedding.flush() if self._embedding else 0
 
+    def embed_pending(self) -> int:
+        """Embed now every row still waiting for a vector (extraction does this before
+        it looks for related items, so it sees the newest ones); returns rows embedded."""
+        return self._embedding.flush() if self._embedding else 0
+
     def _written(self) -> None:
         if self._embedding is not None:
             self._embedding.notify()
@@ -350,15 +355,17 @@ class UserMemory:
     def _duplicate_of(self, text: str, category: str, context: str, entity: str | None
                       ) -> Item | None:
         query = ItemQuery(category=category, context=context, entity=entity)
-        same = self._store.query_items(self.user_id, replace(query, content=text), limit=5)[0]
+        same = self._store.query_items(self.user_id, ItemQuery(content=text,
+                                                               include_superseded=True))[0]
         for candidate in same:
-            if candidate.entity == entity:
+            if candidate.active and (candidate.category, candidate.context, candidate.entity
+                                     ) == (category, context, entity):
                 return candidate
         words = word_set(text)
         if not words:
             return None
-        found = self._store.keyword_search_items(self.user_id, query_terms(text, max_terms=64),
-                                                 "or", query, 20)
+        found = self._store.keyword_search_items(self.user_id, _dedup_terms(text), "or", query,
+                                                 50)
         for item_id, _ in found:
             item = self._store.get_item(self.user_id, item_id)
             if item is None or item.entity != entity:
@@ -972,6 +979,17 @@ def _clean_content(content: Any, metadata: Mapping[str, Any] | None
         meta.update(truncated=True, original_length=len(text))
         text = text[:MAX_CONTENT]
     return text, meta
+
+
+def _dedup_terms(text: str) -> list[str]:
+    """Words a near-duplicate must contain at least one of.
+
+    An item holding more than 80% of this text's words misses fewer than a fifth of
+    them, so it contains one of any ``⌈n/5⌉ + 1`` of them; the longest are chosen, as
+    longer words are rarer and make the keyword query cheap.
+    """
+    terms = sorted(query_terms(text, max_terms=512), key=lambda w: (-len(w), w))
+    return terms[: max(3, len(terms) // 5 + 2)]
 
 
 def _merge_metadata(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:

@@ -218,11 +218,20 @@ def m0005_add_pipeline() -> tuple[Step, ...]:
     )
 
 
+def m0006_add_lookup_indexes() -> tuple[Step, ...]:
+    """Exact-text lookups (dedup) and the embedding queue without table scans."""
+    return (
+        "CREATE INDEX knowledge_text ON knowledge (user_id, substr(content, 1, 64))",
+        "CREATE INDEX knowledge_unembedded ON knowledge (pk) WHERE embedding IS NULL",
+        "CREATE INDEX conversations_unembedded ON conversations (pk) WHERE embedding IS NULL",
+    )
+
+
 SQLITE_MIGRATIONS: tuple[Migration, ...] = tuple(
     Migration(number, fn.__name__.split("_", 1)[1], fn())
     for number, fn in enumerate(
         (m0001_initial, m0002_add_fts, m0003_add_embedding_staging, m0004_add_turn_context,
-         m0005_add_pipeline),
+         m0005_add_pipeline, m0006_add_lookup_indexes),
         start=1)
 )
 

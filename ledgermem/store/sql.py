@@ -105,7 +105,12 @@ def item_where_sql(user_id: str, query: ItemQuery, prefix: str = "", *,
     params: list[Any] = [user_id]
     if not query.include_superseded:
         clauses.append(f"{p}superseded_by IS NULL AND {p}valid_to IS NULL")
-    for column in ("category", "context", "entity", "source", "content"):
+    if query.content is not None:
+        # The prefix lets an expression index find the row. `|| ''` keeps SQLite from
+        # substituting the full text into the prefix expression, which hides the index.
+        clauses.append(f"substr({p}content, 1, 64) = ? AND {p}content || '' = ?")
+        params.extend([query.content[:64], query.content])
+    for column in ("category", "context", "entity", "source"):
         value = getattr(query, column)
         if value is not None:
             clauses.append(f"{p}{column} = ?")
@@ -377,7 +382,6 @@ class SQLStore(ABC):
             raise ValueError(f"cannot sort by {sort!r}")
         where, params = item_where_sql(user_id, query,
                                        by_id=self._hint_ids and query.ids is not None)
-        total = self._read(f"SELECT count(*) FROM knowledge WHERE {where}", params)[0][0]
         direction = "DESC" if descending else "ASC"
         sql = (f"SELECT {', '.join(ITEM_COLUMNS)} FROM knowledge WHERE {where} "
                f"ORDER BY {sort} {direction}, pk {direction}")
@@ -385,7 +389,11 @@ class SQLStore(ABC):
             sql += f" LIMIT {int(limit)} OFFSET {int(offset)}"
         elif offset:
             sql += f" {self._unlimited} OFFSET {int(offset)}"
-        return [item_from_row(row) for row in self._read(sql, params)], int(total)
+        items = [item_from_row(row) for row in self._read(sql, params)]
+        if limit is None or (len(items) < limit and (items or not offset)):
+            return items, offset + len(items)     # the page is the last one
+        total = self._read(f"SELECT count(*) FROM knowledge WHERE {where}", params)[0][0]
+        return items, int(total)
 
     _hint_ids = False
     """Whether the dialect reads ``+column`` as "do not use an index for this"."""
