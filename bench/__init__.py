@@ -1,0 +1,1 @@
+"""``make bench``: the benchmark suite (see ``python -m bench --help``)."""

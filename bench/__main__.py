@@ -1,0 +1,97 @@
+"""Run the benchmarks and print their tables; results also go to ``bench/results/``.
+
+    python -m bench                      # LoCoMo (keyword, hybrid) and scale (10k, 100k)
+    python -m bench --quick              # LoCoMo keyword only and scale at 10k
+    python -m bench --locomo FILE        # another LoCoMo-format file
+    python -m bench --postgres URL       # also LoCoMo and scale on PostgreSQL
+
+Record what it prints, with the machine and date, in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_LOCOMO = ROOT.parent / "shared" / "data" / "locomo" / "locomo-dev.json"
+
+
+def ledgermem(*args: str) -> dict[str, Any]:
+    """Run one ``ledgermem bench`` command (its progress bars show on stderr) and
+    return its JSON result."""
+    command = [sys.executable, "-m", "ledgermem", *args, "--json"]
+    output = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True)
+    return json.loads(output.stdout)  # type: ignore[no-any-return]
+
+
+def show(results: dict[str, Any]) -> None:
+    console = Console()
+    quality = Table(title="retrieval quality (evidence recall@k)")
+    for column in ("run", "questions", "R@5", "R@10", "R@20", "p50 ms", "p95 ms", "ingest s"):
+        quality.add_column(column, justify="right")
+    for name, result in results.items():
+        if name.startswith("locomo"):
+            quality.add_row(name, str(result["questions"]),
+                            *[f"{result[f'recall@{k}']:.3f}" for k in (5, 10, 20)],
+                            f"{result['latency_ms']['p50']:.1f}",
+                            f"{result['latency_ms']['p95']:.1f}", f"{result['ingest_s']:.1f}")
+    console.print(quality)
+    scale = Table(title="scale (latency p50 / p95 ms)")
+    for column in ("items", "add/s", "add/s full", "hybrid", "keyword", "vector",
+                   "query embed", "RSS MiB", "file MiB"):
+        scale.add_column(column, justify="right")
+    for run in results.get("scale", {}).get("runs", []):
+        lat = run["latency_ms"]
+        scale.add_row(str(run["items"]), f"{run['add_per_s']:.0f}",
+                      f"{run.get('add_per_s_full', 0):.0f}",
+                      *[f"{lat[m]['p50']:.1f} / {lat[m]['p95']:.1f}"
+                        for m in ("hybrid", "keyword", "vector", "query_embedding")],
+                      f"{run['peak_rss_mib']:.0f}", f"{run['file_mib']:.0f}")
+    console.print(scale)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--locomo", type=Path, default=DEFAULT_LOCOMO)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--postgres", default=None, help="a PostgreSQL URL to measure too")
+    args = parser.parse_args()
+    results: dict[str, Any] = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {"platform": platform.platform(), "python": platform.python_version(),
+                    "processor": platform.processor()},
+    }
+    modes = ["keyword"] if args.quick else ["keyword", "hybrid"]
+    if args.locomo.exists():
+        for mode in modes:
+            results[f"locomo_{mode}"] = ledgermem("bench", "locomo", "--data",
+                                                  str(args.locomo), "--mode", mode)
+    else:
+        print(f"skipping LoCoMo: {args.locomo} not found", file=sys.stderr)
+    sizes = "10000" if args.quick else "10000,100000"
+    results["scale"] = ledgermem("bench", "scale", "--items", sizes)
+    if args.postgres:
+        results["locomo_hybrid_postgres"] = ledgermem(
+            "--db", args.postgres, "bench", "locomo", "--data", str(args.locomo))
+    out = ROOT / "bench" / "results"
+    out.mkdir(exist_ok=True)
+    target = out / f"bench-{datetime.now(UTC):%Y%m%d-%H%M%S}.json"
+    target.write_text(json.dumps(results, indent=2))
+    show({k: v for k, v in results.items() if isinstance(v, dict) and k != "machine"})
+    print(f"\nresults written to {target}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

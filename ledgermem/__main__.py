@@ -1,0 +1,5 @@
+"""``python -m ledgermem`` runs the CLI."""
+
+from .cli import main
+
+main()
