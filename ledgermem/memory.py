@@ -137,6 +137,7 @@ class Memory:
         elif embedder is None:
             self.skipped["reconcile"] = "no embedder configured (it compares vectors)"
         self._reported: set[str] = set()
+        self._reported_lock = threading.Lock()
         self._extraction: ExtractionWorker | None = None
         if llm is not None:
             self._extraction = ExtractionWorker(self, options=extraction,
@@ -192,9 +193,10 @@ class Memory:
 
     def report_skipped(self, step: str, why: str | None = None) -> None:
         """Log (INFO, once per step) that a pipeline step is skipped, and why."""
-        if step in self._reported:
-            return
-        self._reported.add(step)
+        with self._reported_lock:
+            if step in self._reported:
+                return
+            self._reported.add(step)
         log.info("%s skipped: %s", step, why or self.skipped.get(step, "not configured"))
 
     def maintain(self) -> dict[str, Any]:
@@ -756,6 +758,7 @@ class UserMemory:
             content = turn.get("content")
             if not isinstance(content, str) or not content.strip():
                 raise InvalidInput("a turn's content must be non-empty text")
+            _check_text(content)
             at = self._when(turn.get("at")) or self._now()
             payload = {"role": role, "content": content, "name": turn.get("name"), "at": at,
                        "metadata": _jsonable(dict(turn.get("metadata") or {}), "metadata")}
@@ -973,6 +976,7 @@ def _clean_content(content: Any, metadata: Mapping[str, Any] | None
                    ) -> tuple[str, dict[str, Any]]:
     if not isinstance(content, str) or not content.strip():
         raise InvalidInput("content must be non-empty text")
+    _check_text(content)
     meta = _jsonable(dict(metadata or {}), "metadata")
     text = content.strip()
     if len(text) > MAX_CONTENT:
@@ -990,6 +994,16 @@ def _dedup_terms(text: str) -> list[str]:
     """
     terms = sorted(query_terms(text, max_terms=512), key=lambda w: (-len(w), w))
     return terms[: max(3, len(terms) // 5 + 2)]
+
+
+def _check_text(text: str) -> None:
+    """Refuse what no backend can store: NUL characters and lone surrogates."""
+    if "\x00" in text:
+        raise InvalidInput("text cannot contain NUL (U+0000)")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(f"text is not valid Unicode: {exc.reason}") from exc
 
 
 def _merge_metadata(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:

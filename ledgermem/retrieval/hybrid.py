@@ -55,6 +55,8 @@ class Searcher:
     def _retrieve(self, query: str, pool: int, keyword: Any, vector: Any
                   ) -> dict[str, list[tuple[str, float]]]:
         ranked: dict[str, list[tuple[str, float]]] = {}
+        # What no store or model can take (lone surrogates, NUL) is dropped, not raised.
+        query = query.encode("utf-8", "ignore").decode("utf-8").replace("\x00", " ")
         if self.options.mode != "vector":
             terms = query_terms(query)
             every = keyword(terms, "and", pool)
@@ -122,22 +124,22 @@ class Searcher:
 
     def _turns_via_items(self, user_id: str, query: str, filters: TurnQuery, pool: int
                          ) -> list[tuple[str, float]]:
-        """Key expansion: the turns that knowledge found for ``query`` was extracted
-        from (``metadata["turn_ids"]``), ranked as those items rank, so a turn can be
-        found by the facts drawn from it. Nothing to do for users with no such items."""
-        if not any(self.store.query_items(user_id, ItemQuery(source=source), limit=1)[1]
-                   for source in ("llm_extract", "consolidation")):
+        """Key expansion: the turns that knowledge matching ``query`` was extracted from
+        (``metadata["turn_ids"]``), ranked as those items rank, so a turn can be found
+        by the facts drawn from it. Keyword matching only (AND, else OR): items are
+        short statements, and it costs no second query embedding."""
+        terms = query_terms(query)
+        if not terms:
             return []
         every = ItemQuery()
-        fused, _ = self._fuse(self._retrieve(
-            query, pool,
-            lambda t, mode, n: self.store.keyword_search_items(user_id, t, mode, every, n),
-            lambda v, n: self.store.vector_search_items(user_id, v, every, n),
-        ))
-        items = {i.id: i for i in self.store.query_items(user_id, ItemQuery(
-            ids=tuple(fused)))[0]} if fused else {}
+        matched = (self.store.keyword_search_items(user_id, terms, "and", every, pool)
+                   or self.store.keyword_search_items(user_id, terms, "or", every, pool))
+        if not matched:
+            return []
+        items = {i.id: i for i in self.store.query_items(
+            user_id, ItemQuery(ids=tuple(i for i, _ in matched)))[0]}
         found: dict[str, float] = {}
-        for item_id, score in sorted(fused.items(), key=lambda pair: -pair[1]):
+        for item_id, score in matched:
             linked = items[item_id].metadata.get("turn_ids") if item_id in items else None
             for turn_id in linked if isinstance(linked, list) else []:
                 if filters.ids is None or turn_id in filters.ids:

@@ -6,7 +6,8 @@ transaction, applies each one to the views (knowledge, conversations, tool histo
 ``user_id`` inside the store, so no caller can forget to.
 
 Score contract: ``keyword_search_*`` return ``(id, score)`` pairs best first, where a
-larger score is better (BM25 on SQLite, ``ts_rank_cd`` on PostgreSQL); scores are only
+larger score is better (BM25 on both: FTS5's on SQLite, the same formula in SQL on
+PostgreSQL with corpus statistics per user); scores are only
 comparable within one call. Ranking across retrievers happens above the store, on
 ranks (reciprocal rank fusion), so both backends rank the same way.
 """
@@ -148,6 +149,11 @@ class Store(Protocol):
     # embeddings -------------------------------------------------------------------
     def pending_embeddings(self, table: Table, limit: int) -> list[tuple[str, str]]:
         """(id, text) of rows, any user, that have no embedding yet."""
+
+    def claim_pending_embeddings(self, table: Table, limit: int
+                                 ) -> AbstractContextManager[list[tuple[str, str]]]:
+        """Like ``pending_embeddings``, but other workers skip the rows while the block
+        runs (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; SQLite has one writer anyway)."""
 
     def set_embeddings(
         self, table: Table, rows: Sequence[tuple[str, str, Vector]], model: str

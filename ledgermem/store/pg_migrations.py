@@ -227,6 +227,12 @@ def m0005_add_pipeline() -> tuple[str, ...]:
     )
 
 
+def m0006_add_lookup_indexes() -> tuple[str, ...]:
+    """Exact-text lookups (dedup) by a prefix expression index, as on SQLite (the
+    embedding queue's partial indexes came with m0001)."""
+    return ("CREATE INDEX knowledge_text ON knowledge (user_id, substr(content, 1, 64))",)
+
+
 def hnsw_index_sql(table: str, dims: int) -> str:
     """An HNSW cosine index over the vectors of one dimension (a column of type
     ``vector`` without a dimension cannot be indexed directly)."""
@@ -239,6 +245,6 @@ PG_MIGRATIONS: tuple[Migration, ...] = tuple(
     Migration(number, fn.__name__.split("_", 1)[1], fn())
     for number, fn in enumerate(
         (m0001_initial, m0002_add_fts, m0003_add_embedding_staging, m0004_row_level_security,
-         m0005_add_pipeline),
+         m0005_add_pipeline, m0006_add_lookup_indexes),
         start=1)
 )

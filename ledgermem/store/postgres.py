@@ -11,6 +11,12 @@ security (forced on the tables' owner too) shows a transaction only the rows of
 the user set in ``ledgermem.user_id``. Each user-scoped method sets it; the few
 maintenance methods that work across users (embedding, rebuild) set
 ``ledgermem.all_users`` instead. A statement that ran with neither sees nothing.
+
+Both stores rank alike, so that fusion above them gives the same results: keyword
+search is FTS5's BM25 computed in SQL over generated ``tsvector`` columns (corpus
+statistics per user), vector search an exact cosine ranking (with SQLite's
+neighbour smoothing of turns) until a user's vectors outgrow
+``exact_search_limit``, then pgvector's HNSW index.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import functools
 import inspect
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -67,34 +74,34 @@ _SET_SCOPE = ("SELECT set_config('ledgermem.user_id', %s, true), "
               "set_config('ledgermem.all_users', %s, true)")
 _EVERY_USER = ("", True)
 _BM25_SQL = """
-WITH words AS (
-    SELECT DISTINCT lexeme
+WITH words AS MATERIALIZED (
+    SELECT array_agg(DISTINCT lexeme) AS lexemes
     FROM unnest(tsvector_to_array(to_tsvector('ledgermem_english', ?))) AS lexeme
-), corpus AS (
-    SELECT count(*)::float8 AS n_rows, nullif(avg(doc_len), 0)::float8 AS avgdl
-    FROM {table} WHERE user_id = ?
-), idf AS (
-    SELECT w.lexeme, greatest(ln((c.n_rows - h.hits + 0.5) / (h.hits + 0.5)), 1e-6) AS idf
-    FROM words AS w CROSS JOIN corpus AS c CROSS JOIN LATERAL (
+), idf AS MATERIALIZED (
+    SELECT w.lexeme, greatest(ln((?::float8 - h.hits + 0.5) / (h.hits + 0.5)), 1e-6) AS idf
+    FROM (SELECT unnest(lexemes) AS lexeme FROM words) AS w CROSS JOIN LATERAL (
         SELECT count(*) AS hits FROM {table}
         WHERE user_id = ? AND fts @@ quote_literal(w.lexeme)::tsquery) AS h
 ), matched AS (
     SELECT t.pk, t.id, t.fts, t.doc_len FROM {table} AS t
     WHERE t.fts @@ {tsquery} AND {where}
 )
-SELECT m.id, sum(i.idf * f.freq * 2.2 / (f.freq + 1.2 * (0.25 + 0.75 * m.doc_len / c.avgdl)))
+SELECT m.id, sum(i.idf * f.freq * 2.2 / (f.freq + 1.2 * (0.25 + 0.75 * m.doc_len / ?::float8)))
     AS score
-FROM matched AS m CROSS JOIN corpus AS c
+FROM matched AS m CROSS JOIN words AS w
 CROSS JOIN LATERAL (
     SELECT v.lexeme, (SELECT sum(CASE x WHEN 'B' THEN 0.4 ELSE 1.0 END)
                       FROM unnest(v.weights) AS x)::float8 AS freq
-    FROM unnest(m.fts) AS v) AS f
+    FROM unnest(m.fts) AS v WHERE v.lexeme = ANY (w.lexemes)) AS f
 JOIN idf AS i ON i.lexeme = f.lexeme
 GROUP BY m.pk, m.id ORDER BY score DESC, m.pk LIMIT ?
 """
 """FTS5's bm25 (k1 = 1.2, b = 0.75, idf floored at 1e-6): a term's frequency in a row
 counts weight-B positions (a turn's neighbours' text) 0.4, as SQLite weighs that
 column; the row's length is its token count (``doc_len``)."""
+CORPUS_TTL_S = 60.0
+"""How long a user's row count and mean row length (BM25's corpus statistics) are
+reused; this process's own writes to the user drop them at once."""
 _COSINE = "coalesce(nullif(1 - (embedding <=> ?::vector), 'NaN'), 0)"
 """Cosine similarity, 0 for a zero vector (pgvector says NaN), as SQLite's dot product."""
 
@@ -206,6 +213,7 @@ class PostgresStore(SQLStore):
         self._local = _Local()
         self._closed = False
         self._search_path: str | None = None
+        self._corpora: dict[tuple[str, str], tuple[int, float, float]] = {}
         self._migrate(migrations)
         self._pool: ConnectionPool[Conn] = ConnectionPool(
             url, min_size=min_size, max_size=max_size, open=False, name="ledgermem",
@@ -264,8 +272,9 @@ class PostgresStore(SQLStore):
             try:
                 with _translated(), local.conn.transaction():
                     yield self._run(local.conn)
-            finally:
+            except BaseException:
                 local.applied = None  # a rolled-back savepoint undoes set_config too
+                raise
             return
         if self._closed:
             raise StorageError("the store is closed")
@@ -289,25 +298,24 @@ class PostgresStore(SQLStore):
         return int(self._read("SELECT max(version) FROM schema_version")[0][0] or 0)
 
     def _migrate(self, migrations: Sequence[Migration]) -> None:
-        """Apply pending migrations, each in a transaction holding an advisory lock so
-        that processes opening the same database at once do not race."""
+        """Apply pending migrations, each in its own transaction holding an advisory
+        lock, so that processes opening the same database at once do not race."""
         known = max((m.version for m in PG_MIGRATIONS), default=0)
         with _translated(f"cannot open {self.url}"), psycopg.connect(
                 self._conninfo, autocommit=True) as conn:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-            if self.schema != "public":
-                with conn.transaction():
-                    conn.execute("SELECT pg_advisory_xact_lock(%s)", [MIGRATION_LOCK])
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", [MIGRATION_LOCK])
+                conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                if self.schema != "public":
                     if not conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s",
                                         [self.schema]).fetchall():
                         conn.execute(pgsql.SQL("CREATE SCHEMA {}").format(
                             pgsql.Identifier(self.schema)))
-                row = conn.execute("SELECT quote_ident(%s) || ', ' || "
-                                   "current_setting('search_path')", [self.schema]).fetchone()
-                self._search_path = str(row[0]) if row else None
-                conn.execute("SELECT set_config('search_path', %s, false)", [self._search_path])
-            with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", [MIGRATION_LOCK])
+                    row = conn.execute("SELECT quote_ident(%s) || ', ' || current_setting("
+                                       "'search_path')", [self.schema]).fetchone()
+                    self._search_path = str(row[0]) if row else None
+                    conn.execute("SELECT set_config('search_path', %s, false)",
+                                 [self._search_path])
                 conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER "
                              "PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)")
             current = _version(conn)
@@ -316,29 +324,24 @@ class PostgresStore(SQLStore):
                     f"{self.url} has schema version {current}, newer than this ledgermem "
                     f"understands ({known}); upgrade ledgermem")
             for migration in migrations:
-                if migration.version <= current:
-                    continue
-                with conn.transaction(), self._scope(_EVERY_USER):
-                    self._local.applied = None
-                    conn.execute("SELECT pg_advisory_xact_lock(%s)", [MIGRATION_LOCK])
-                    if conn.execute("SELECT 1 FROM schema_version WHERE version = %s",
-                                    [migration.version]).fetchall():
-                        continue
-                    for step in migration.statements:
-                        if isinstance(step, str):
-                            conn.execute(step)
-                        else:
-                            step(self._run(conn))
-                    conn.execute("INSERT INTO schema_version (version, name, applied_at) "
-                                 "VALUES (%s, %s, %s)",
-                                 [migration.version, migration.name, iso(system_clock())])
-            dims = conn.execute("SELECT value FROM meta WHERE key = 'embedding_dimensions'"
-                                ).fetchall()
-            if dims:
-                with conn.transaction():
-                    conn.execute("SELECT pg_advisory_xact_lock(%s)", [MIGRATION_LOCK])
-                    for table in ("knowledge", "conversations"):
-                        conn.execute(hnsw_index_sql(table, int(dims[0][0])))
+                if migration.version > current:
+                    self._apply_migration(conn, migration)
+
+    def _apply_migration(self, conn: Conn, migration: Migration) -> None:
+        with conn.transaction(), self._scope(_EVERY_USER):
+            self._local.applied = None
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", [MIGRATION_LOCK])
+            if conn.execute("SELECT 1 FROM schema_version WHERE version = %s",
+                            [migration.version]).fetchall():
+                return  # another process applied it while this one waited
+            for step in migration.statements:
+                if isinstance(step, str):
+                    conn.execute(step)
+                else:
+                    step(self._run(conn))
+            conn.execute("INSERT INTO schema_version (version, name, applied_at) VALUES "
+                         "(%s, %s, %s)", [migration.version, migration.name,
+                                          iso(system_clock())])
 
     def _vector_index(self, run: Run, dims: int) -> None:
         """HNSW indexes for vectors of ``dims`` dimensions; those of others go."""
@@ -361,7 +364,10 @@ class PostgresStore(SQLStore):
     # ledger and views ---------------------------------------------------------------
     def append(self, events: Sequence[Event]) -> None:
         users = {event.user_id for event in events}
-        scope = (users.pop(), False) if len(users) == 1 else _EVERY_USER
+        for user_id in users:
+            for table in ("knowledge", "conversations"):
+                self._corpora.pop((table, user_id), None)
+        scope = (next(iter(users)), False) if len(users) == 1 else _EVERY_USER
         with self._scope(scope):
             super().append(events)
 
@@ -395,9 +401,26 @@ class PostgresStore(SQLStore):
             return []
         text = " ".join(terms)
         tsquery = _AND_QUERY if mode == "and" else _OR_QUERY
-        rows = self._read(_BM25_SQL.format(table=table, tsquery=tsquery, where=where),
-                          [text, user_id, user_id, text, *params, limit])
+        with self._writing() as run:
+            n_rows, avgdl = self._corpus(run, table, user_id)
+            if not n_rows:
+                return []
+            rows = run(_BM25_SQL.format(table=table, tsquery=tsquery, where=where),
+                       [text, n_rows, user_id, text, *params, avgdl, limit])
         return [(r[0], float(r[1])) for r in rows]
+
+    def _corpus(self, run: Run, table: str, user_id: str) -> tuple[int, float]:
+        """(rows, mean tokens per row) of this user's table, cached (``CORPUS_TTL_S``)
+        since counting is linear in the user's rows."""
+        key = (table, user_id)
+        cached = self._corpora.get(key)
+        if cached is not None and cached[2] > time.monotonic():
+            return cached[0], cached[1]
+        n_rows, avgdl = run(f"SELECT count(*), coalesce(avg(doc_len), 0) FROM {table} "
+                            "WHERE user_id = ?", [user_id])[0]
+        self._corpora[key] = (int(n_rows), float(avgdl) or 1.0,
+                              time.monotonic() + CORPUS_TTL_S)
+        return int(n_rows), float(avgdl) or 1.0
 
     def keyword_search_items(
         self, user_id: str, terms: Sequence[str], mode: MatchMode, query: ItemQuery, limit: int
@@ -413,12 +436,12 @@ class PostgresStore(SQLStore):
                                     limit)
 
     # vector search ----------------------------------------------------------------
-    def _approximate(self, run: Run, table: str, user_id: str, dims: int, limit: int) -> bool:
+    def _approximate(self, run: Run, table: str, user_id: str, limit: int) -> bool:
         """Whether this user has too many vectors for an exact search; if so, the
         transaction is set up for an HNSW scan that keeps going until enough rows
         pass the filters (pgvector's iterative scan)."""
         many = run(f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE user_id = ? AND "
-                   f"vector_dims(embedding) = {dims} LIMIT ?) AS c",
+                   "embedding IS NOT NULL LIMIT ?) AS c",
                    [user_id, self.exact_search_limit + 1])[0][0] > self.exact_search_limit
         if many:
             run("SELECT set_config('hnsw.ef_search', ?, true), "
@@ -436,7 +459,7 @@ class PostgresStore(SQLStore):
         where, params = item_where_sql(user_id, query)
         source = f"FROM knowledge WHERE {where} AND vector_dims(embedding) = {dims}"
         with self._writing() as run:
-            if self._approximate(run, "knowledge", user_id, dims, limit):
+            if self._approximate(run, "knowledge", user_id, limit):
                 rows = run(
                     f"SELECT id, 1 - d FROM (SELECT id, embedding::vector({dims}) <=> "
                     f"?::vector({dims}) AS d {source} ORDER BY d LIMIT ?) AS s "
@@ -461,7 +484,7 @@ class PostgresStore(SQLStore):
                            for k in range(1, CONTEXT_TURNS + 1))
         with self._writing() as run:
             scope, scope_params = "", []
-            if self._approximate(run, "conversations", user_id, dims, max(limit * 4, 64)):
+            if self._approximate(run, "conversations", user_id, max(limit * 4, 64)):
                 scope = (f"AND session_id IN (SELECT session_id FROM (SELECT session_id FROM "
                          f"conversations WHERE user_id = ? AND vector_dims(embedding) = {dims} "
                          f"ORDER BY embedding::vector({dims}) <=> ?::vector({dims}) LIMIT ?) "

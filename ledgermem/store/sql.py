@@ -383,8 +383,9 @@ class SQLStore(ABC):
         where, params = item_where_sql(user_id, query,
                                        by_id=self._hint_ids and query.ids is not None)
         direction = "DESC" if descending else "ASC"
+        nulls = "NULLS LAST" if descending else "NULLS FIRST"    # SQLite's order, everywhere
         sql = (f"SELECT {', '.join(ITEM_COLUMNS)} FROM knowledge WHERE {where} "
-               f"ORDER BY {sort} {direction}, pk {direction}")
+               f"ORDER BY {sort} {direction} {nulls}, pk {direction}")
         if limit is not None:
             sql += f" LIMIT {int(limit)} OFFSET {int(offset)}"
         elif offset:

@@ -270,6 +270,13 @@ class SQLiteStore(SQLStore):
             "ORDER BY pk LIMIT ?", [limit])
         return [(r[0], r[1]) for r in rows]
 
+    @contextmanager
+    def claim_pending_embeddings(self, table: Table, limit: int
+                                 ) -> Iterator[list[tuple[str, str]]]:
+        # No lock: holding SQLite's write lock while a model runs would stall every
+        # writer. Two workers may embed the same row; set_embeddings is idempotent.
+        yield self.pending_embeddings(table, limit)
+
     def set_embeddings(
         self, table: Table, rows: Sequence[tuple[str, str, Vector]], model: str
     ) -> int:
