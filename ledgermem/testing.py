@@ -72,7 +72,7 @@ class Reply:
 @dataclass(frozen=True)
 class ScriptedRequest:
     """One request the server received: path (without ``/v1``), JSON body, headers and
-    the HTTP status it was answered with."""
+    the HTTP status it was answered with (0 while the answer is still being played)."""
 
     path: str
     body: dict[str, Any]
@@ -175,6 +175,8 @@ class ScriptedLLMServer:
         with self._lock:
             self._in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self._in_flight)
+            index = len(self.requests)
+            self.requests.append(ScriptedRequest(path, body, headers, 0))
         try:
             status, answer = self._play(path, body)
         except Exception as exc:  # a broken script: answer 500 and keep it for the test
@@ -184,7 +186,7 @@ class ScriptedLLMServer:
             with self._lock:
                 self._in_flight -= 1
         with self._lock:
-            self.requests.append(ScriptedRequest(path, body, headers, status))
+            self.requests[index] = ScriptedRequest(path, body, headers, status)
         return status, answer
 
     def _play(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:

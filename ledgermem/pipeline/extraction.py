@@ -71,7 +71,7 @@ class ExtractionOptions:
     related_items: int = 10
     max_deletes_per_turn: int = 1
     max_turns_per_call: int = 20
-    claim_seconds: float = 120.0
+    claim_seconds: float = 300.0
     queue_batches: int = 16
     background: bool = True
 
@@ -105,6 +105,7 @@ def extract(memory: Memory, turns: Sequence[Turn], *, holder: str,
         return _settle(memory, handle, ids, holder, [], note)
     assert memory.llm is not None, "extraction needs an LLM"
     now = memory.clock()
+    memory.embed_pending()  # items written a moment ago must be findable by meaning too
     hits = memory.searcher.search_items(first.user_id, "\n".join(t.content for t in turns),
                                         ItemQuery(), options.related_items, now=now)
     shown = {str(n): hit.item for n, hit in enumerate(hits, start=1) if hit.item is not None}

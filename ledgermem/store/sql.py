@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any, Literal
 
@@ -172,8 +172,10 @@ class SQLStore(ABC):
     def _writing(self) -> AbstractContextManager[Run]:
         """A write transaction (nesting as a savepoint) yielding a statement runner."""
 
-    def transaction(self) -> AbstractContextManager[None]:
-        return _discard(self._writing())
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        with self._writing():
+            yield
 
     # ledger -----------------------------------------------------------------------
     def append(self, events: Sequence[Event]) -> None:
@@ -646,16 +648,3 @@ def vector_of(value: Any) -> Vector:
 
 class _NotAll(Exception):
     """Some turns of a claim were taken or done meanwhile: undo the claim."""
-
-
-class _discard(AbstractContextManager[None]):
-    """Adapts a context manager yielding a runner into one yielding nothing."""
-
-    def __init__(self, inner: AbstractContextManager[Run]) -> None:
-        self._inner = inner
-
-    def __enter__(self) -> None:
-        self._inner.__enter__()
-
-    def __exit__(self, *exc: Any) -> bool | None:
-        return self._inner.__exit__(*exc)

@@ -32,6 +32,7 @@ def open_memory(path: Path, clock: FakeClock, llm: OpenAICompatibleLLM | None,
 def server() -> Iterator[ScriptedLLMServer]:
     with ScriptedLLMServer() as scripted:
         yield scripted
+    assert scripted.errors == [], "a scripted reply raised (the server answered 500)"
 
 
 @pytest.fixture

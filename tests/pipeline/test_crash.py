@@ -76,6 +76,7 @@ def test_a_killed_worker_loses_nothing_and_nothing_is_applied_twice(tmp_path: Pa
             items = user.all_knowledge(limit=None)["items"]
             status = user.status()["extraction"]
         assert time.monotonic() - started < 10
+        assert server.errors == []
 
     # applied exactly once: one ``turns.extracted`` per batch, one item per batch
     settled = Counter(turn for event in done for turn in event.payload["ids"])
@@ -86,3 +87,40 @@ def test_a_killed_worker_loses_nothing_and_nothing_is_applied_twice(tmp_path: Pa
     assert status == {"pending": 0, "done": 2 * BATCHES, "skipped": 0, "failed": 0}
     # asked once each, except the batch whose answer died with the child
     assert Counter(asked) == {n: 2 if n == HANG_ON else 1 for n in range(1, BATCHES + 1)}
+
+
+def test_two_workers_on_one_file_share_the_queue_without_asking_twice(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    with Memory(SQLiteStore(path)) as memory:
+        user = memory.for_user("alice")
+        for n in range(1, BATCHES + 1):
+            user.add_turns([{"role": "user", "content": f"Note batch{n} " + LONG}], infer=True)
+    asked: list[int] = []
+
+    def answer(body: dict[str, Any]) -> Any:
+        found = re.search(r"batch(\d+)", turns_section(body["messages"][1]["content"]))
+        assert found is not None
+        asked.append(int(found.group(1)))
+        time.sleep(0.05)
+        return ops(add(f"Recorded batch{found.group(1)}"))
+
+    with ScriptedLLMServer(default=answer) as server:
+        workers = [Memory(SQLiteStore(path), llm=OpenAICompatibleLLM(
+            "scripted-model", server.url, timeout=5, retries=0),
+            extraction=ExtractionOptions(background=False, queue_batches=2))
+            for _ in range(2)]
+        threads = [threading.Thread(target=w.flush) for w in workers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        for worker in workers:
+            worker.close()
+        assert server.errors == []
+    assert Counter(asked) == dict.fromkeys(range(1, BATCHES + 1), 1)
+    with Memory(SQLiteStore(path)) as memory:
+        items = memory.for_user("alice").all_knowledge(limit=None)["items"]
+        done = memory.store.events("alice", kinds=["turns.extracted"])
+    assert sorted(i.content for i in items) == [f"Recorded batch{n}"
+                                               for n in range(1, BATCHES + 1)]
+    assert len(done) == BATCHES

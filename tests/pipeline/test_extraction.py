@@ -280,3 +280,15 @@ def test_turns_queued_without_an_llm_are_extracted_once_one_is_configured(
             "Lives in Lisbon"]
     assert rows(path, "SELECT extraction, count(*) FROM conversations GROUP BY 1") == [
         ("done", 1)]
+
+
+def test_as_of_treats_a_bare_supersession_as_no_longer_true(
+        mem: Memory, alice: UserMemory, clock: FakeClock) -> None:
+    from tests.support import supersede
+
+    old = alice.remember("Drives a red Fiat")
+    new = alice.remember("Drives a blue Volvo", "note")
+    clock.advance(days=1)
+    supersede(mem, "alice", old.id, new.id, clock.iso())  # superseded_by only, no valid_to
+    clock.advance(days=1)
+    assert [h.id for h in alice.search("drives", as_of=clock.iso())] == [new.id]
