@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import json
 import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -25,7 +24,6 @@ from .retrieval.keyword import query_terms, word_set
 from .store.base import Store, TurnQuery
 from .types import (
     CATEGORIES,
-    MAX_CONTENT,
     SOURCES,
     START_CONFIDENCE,
     Event,
@@ -36,16 +34,26 @@ from .types import (
     ToolCall,
     Turn,
 )
+from .validation import (
+    ROLES,
+    check_choice,
+    check_confidence,
+    check_limit,
+    check_text,
+    clean_content,
+    clean_context,
+    clean_entity,
+    json_object,
+    merge_metadata,
+)
 
 __all__ = ["Memory", "UserMemory", "default_path"]
 
 log = logging.getLogger("ledgermem")
 
-ROLES = ("user", "assistant", "system", "tool")
 DEDUP_OVERLAP = 0.8
 RECALL_BOOST = 0.02
 _UNSET: Any = object()
-TRUNCATION_KEYS = frozenset({"truncated", "original_length"})
 
 
 def default_path() -> Path:
@@ -315,12 +323,12 @@ class UserMemory:
             InvalidInput: empty content, unknown category or source, confidence
                 outside 0–1, a malformed entity or an unreadable ``due_at``.
         """
-        text, meta = _clean_content(content, metadata)
-        _check_choice("category", category, CATEGORIES)
-        _check_choice("source", source, SOURCES)
-        conf = START_CONFIDENCE[source] if confidence is None else _check_confidence(confidence)
-        ctx = _clean_context(context or self.scope.context)
-        ent = _clean_entity(entity)
+        text, meta = clean_content(content, metadata)
+        check_choice("category", category, CATEGORIES)
+        check_choice("source", source, SOURCES)
+        conf = START_CONFIDENCE[source] if confidence is None else check_confidence(confidence)
+        ctx = clean_context(context or self.scope.context)
+        ent = clean_entity(entity)
         due = self._when(due_at)
         now = self._now()
         with self._store.transaction():
@@ -334,7 +342,7 @@ class UserMemory:
                     changes["sensitive"] = True
                 if due is not None:
                     changes["due_at"] = due
-                merged = _merge_metadata(twin.metadata, meta)
+                merged = merge_metadata(twin.metadata, meta)
                 if merged != twin.metadata:
                     changes["metadata"] = merged
                 return self._change(twin, changes, reason="dedup", source=source,
@@ -410,20 +418,20 @@ class UserMemory:
         item = self._require(item_id)
         changes: dict[str, Any] = {}
         if content is not _UNSET:
-            changes["content"], meta = _clean_content(content, None)
-            meta = _merge_metadata(item.metadata, meta)
+            changes["content"], meta = clean_content(content, None)
+            meta = merge_metadata(item.metadata, meta)
             if meta != item.metadata:
                 changes["metadata"] = meta
         if category is not _UNSET:
-            changes["category"] = _check_choice("category", category, CATEGORIES)
+            changes["category"] = check_choice("category", category, CATEGORIES)
         if domain is not _UNSET:
             changes["domain"] = domain
         if confidence is not _UNSET:
-            changes["confidence"] = _check_confidence(confidence)
+            changes["confidence"] = check_confidence(confidence)
         if context is not _UNSET:
-            changes["context"] = _clean_context(context)
+            changes["context"] = clean_context(context)
         if entity is not _UNSET:
-            changes["entity"] = _clean_entity(entity)
+            changes["entity"] = clean_entity(entity)
         if sensitive is not _UNSET:
             changes["sensitive"] = bool(sensitive)
         if due_at is not _UNSET:
@@ -431,7 +439,7 @@ class UserMemory:
             changes["reminded_at"] = None
         if metadata is not _UNSET:
             changes["metadata"] = {**changes.get("metadata", item.metadata),
-                                   **_jsonable(dict(metadata), "metadata")}
+                                   **json_object(dict(metadata), "metadata")}
         if not changes:
             return item
         changes["updated_at"] = self._now()
@@ -461,7 +469,7 @@ class UserMemory:
 
     def forget_by_source(self, source: str) -> int:
         """Forget every item (any state) that came from ``source``; returns how many."""
-        _check_choice("source", source, SOURCES)
+        check_choice("source", source, SOURCES)
         items, _ = self._store.query_items(self.user_id, ItemQuery(source=source,
                                                                    include_superseded=True))
         with self._store.transaction():
@@ -499,8 +507,8 @@ class UserMemory:
         old = self._require(item_id)
         if not old.active:
             raise InvalidInput(f"memory {item_id!r} is not active; restore it first")
-        text, meta = _clean_content(content, None)
-        _check_choice("source", source, SOURCES)
+        text, meta = clean_content(content, None)
+        check_choice("source", source, SOURCES)
         now = self._now()
         when = max(self._when(at) or now, old.valid_from or "")
         metadata = {k: v for k, v in old.metadata.items()
@@ -510,10 +518,10 @@ class UserMemory:
             metadata["turn_ids"] = list(turn_ids)
         new = replace(
             old, id=new_id(), content=text, source=source,
-            category=old.category if category is None else _check_choice(
+            category=old.category if category is None else check_choice(
                 "category", category, CATEGORIES),
-            context=old.context if context is None else _clean_context(context),
-            entity=old.entity if entity is None else _clean_entity(entity),
+            context=old.context if context is None else clean_context(context),
+            entity=old.entity if entity is None else clean_entity(entity),
             sensitive=old.sensitive if sensitive is None else bool(sensitive),
             due_at=old.due_at if due_at is None else self._when(due_at),
             reminded_at=old.reminded_at if due_at is None else None,
@@ -627,13 +635,13 @@ class UserMemory:
         touched.
         """
         if category is not None:
-            _check_choice("category", category, CATEGORIES)
+            check_choice("category", category, CATEGORIES)
         filters = ItemQuery(
-            category=category, context=context, entity=_clean_entity(entity),
+            category=category, context=context, entity=clean_entity(entity),
             sensitive=sensitive, time_from=self._when(time_from), time_to=self._when(time_to),
             include_superseded=include_superseded,
         )
-        limit = self._memory.searcher.options.limit if top_k is None else _check_limit(top_k)
+        limit = self._memory.searcher.options.limit if top_k is None else check_limit(top_k)
         if as_of is not None:
             return self._search_as_of(query, filters, limit, as_of)
         hits = self._memory.searcher.search_items(self.user_id, query, filters, limit,
@@ -656,13 +664,13 @@ class UserMemory:
 
     def by_category(self, category: str, *, limit: int | None = None) -> list[Item]:
         """Active items of one category, most recently updated first."""
-        _check_choice("category", category, CATEGORIES)
+        check_choice("category", category, CATEGORIES)
         return self._store.query_items(self.user_id, ItemQuery(category=category),
                                        limit=limit)[0]
 
     def by_entity(self, entity: str, *, limit: int | None = None) -> list[Item]:
         """Active items linked to an entity (``type:name``)."""
-        return self._store.query_items(self.user_id, ItemQuery(entity=_clean_entity(entity)),
+        return self._store.query_items(self.user_id, ItemQuery(entity=clean_entity(entity)),
                                        limit=limit)[0]
 
     def upcoming(self, days: float = 7) -> list[Item]:
@@ -710,16 +718,16 @@ class UserMemory:
         if offset < 0:
             raise InvalidInput("offset must be ≥ 0")
         if category is not None:
-            _check_choice("category", category, CATEGORIES)
+            check_choice("category", category, CATEGORIES)
         if source is not None:
-            _check_choice("source", source, SOURCES)
-        query = ItemQuery(category=category, context=context, entity=_clean_entity(entity),
+            check_choice("source", source, SOURCES)
+        query = ItemQuery(category=category, context=context, entity=clean_entity(entity),
                           sensitive=sensitive, source=source,
                           include_superseded=include_superseded)
         try:
             items, total = self._store.query_items(
                 self.user_id, query, sort=sort, descending=order == "desc", offset=offset,
-                limit=None if limit is None else _check_limit(limit))
+                limit=None if limit is None else check_limit(limit))
         except ValueError as exc:
             raise InvalidInput(str(exc)) from exc
         return {"items": items, "total": total, "offset": offset, "limit": limit}
@@ -754,14 +762,14 @@ class UserMemory:
         batch = new_id() if infer else None
         events = []
         for turn in turns:
-            role = _check_choice("role", turn.get("role"), ROLES)
+            role = check_choice("role", turn.get("role"), ROLES)
             content = turn.get("content")
             if not isinstance(content, str) or not content.strip():
                 raise InvalidInput("a turn's content must be non-empty text")
-            _check_text(content)
+            check_text(content)
             at = self._when(turn.get("at")) or self._now()
             payload = {"role": role, "content": content, "name": turn.get("name"), "at": at,
-                       "metadata": _jsonable(dict(turn.get("metadata") or {}), "metadata")}
+                       "metadata": json_object(dict(turn.get("metadata") or {}), "metadata")}
             if batch:
                 payload["extract"] = batch
             events.append(self._event(f"turn.{role}", payload, session_id=session))
@@ -777,7 +785,7 @@ class UserMemory:
         session = session_id or self.scope.session_id or f"{self.user_id}:default"
         turns = self._store.query_turns(self.user_id, TurnQuery(session_id=session),
                                         descending=True,
-                                        limit=None if limit is None else _check_limit(limit))
+                                        limit=None if limit is None else check_limit(limit))
         return turns[::-1]
 
     def search_conversations(
@@ -792,7 +800,7 @@ class UserMemory:
         """Find past turns by keywords and meaning and/or a time range."""
         filters = TurnQuery(session_id=session_id, time_from=self._when(time_from),
                             time_to=self._when(time_to))
-        limit = _check_limit(limit)
+        limit = check_limit(limit)
         if query is None or not query.strip():
             turns = self._store.query_turns(self.user_id, filters, descending=True, limit=limit)
             return [Hit(score=1.0, turn=t, why={"time_only": 1.0}) for t in turns]
@@ -802,7 +810,7 @@ class UserMemory:
     def recent_conversations(self, limit: int = 20) -> list[Turn]:
         """The latest turns across sessions, newest first."""
         return self._store.query_turns(self.user_id, TurnQuery(), descending=True,
-                                       limit=_check_limit(limit))
+                                       limit=check_limit(limit))
 
     def sessions(self) -> list[dict[str, Any]]:
         """Sessions with turn counts and first/last times, latest first."""
@@ -825,7 +833,7 @@ class UserMemory:
         if not isinstance(name, str) or not name.strip():
             raise InvalidInput("a tool call needs a name")
         event = self._event("tool.called", {
-            "name": name, "arguments": _jsonable(dict(arguments or {}), "arguments"),
+            "name": name, "arguments": json_object(dict(arguments or {}), "arguments"),
             "success": bool(success),
             "duration_ms": duration_ms, "error": error}, session_id=session_id)
         with self._store.transaction():
@@ -841,7 +849,7 @@ class UserMemory:
     def tool_errors(self, *, name: str | None = None, limit: int = 20) -> list[ToolCall]:
         """Failed tool calls, newest first."""
         return self._store.query_tool_calls(self.user_id, name=name, success=False,
-                                            limit=_check_limit(limit))
+                                            limit=check_limit(limit))
 
     def tool_stats(self) -> list[dict[str, Any]]:
         """Per tool: calls, failures, success rate, mean duration, last call."""
@@ -972,19 +980,6 @@ def _why(reason: str, source: str | None, turn_ids: Sequence[str] | None) -> dic
     return why
 
 
-def _clean_content(content: Any, metadata: Mapping[str, Any] | None
-                   ) -> tuple[str, dict[str, Any]]:
-    if not isinstance(content, str) or not content.strip():
-        raise InvalidInput("content must be non-empty text")
-    _check_text(content)
-    meta = _jsonable(dict(metadata or {}), "metadata")
-    text = content.strip()
-    if len(text) > MAX_CONTENT:
-        meta.update(truncated=True, original_length=len(text))
-        text = text[:MAX_CONTENT]
-    return text, meta
-
-
 def _dedup_terms(text: str) -> list[str]:
     """Words a near-duplicate must contain at least one of.
 
@@ -994,65 +989,3 @@ def _dedup_terms(text: str) -> list[str]:
     """
     terms = sorted(query_terms(text, max_terms=512), key=lambda w: (-len(w), w))
     return terms[: max(3, len(terms) // 5 + 2)]
-
-
-def _check_text(text: str) -> None:
-    """Refuse what no backend can store: NUL characters and lone surrogates."""
-    if "\x00" in text:
-        raise InvalidInput("text cannot contain NUL (U+0000)")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidInput(f"text is not valid Unicode: {exc.reason}") from exc
-
-
-def _merge_metadata(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
-    """``old`` updated with ``new``; truncation flags describe the newest content only."""
-    merged = {k: v for k, v in old.items() if k not in TRUNCATION_KEYS}
-    merged.update(new)
-    return merged
-
-
-def _jsonable(value: dict[str, Any], what: str) -> dict[str, Any]:
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"{what} must be JSON-serialisable: {exc}") from exc
-    return value
-
-
-def _check_choice(what: str, value: Any, allowed: Sequence[str]) -> str:
-    if value not in allowed:
-        raise InvalidInput(f"unknown {what} {value!r}; expected one of {', '.join(allowed)}")
-    return str(value)
-
-
-def _check_confidence(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-        raise InvalidInput(f"confidence must be a number from 0 to 1, not {value!r}")
-    return float(value)
-
-
-def _check_limit(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1 or value > 10_000:
-        raise InvalidInput(f"limit must be a whole number from 1 to 10000, not {value!r}")
-    return value
-
-
-def _clean_context(value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidInput("context must be non-empty text")
-    return value.strip()
-
-
-def _clean_entity(value: Any) -> str | None:
-    """``Person: Sarah Chen`` → ``person:sarah_chen``; ``None`` stays ``None``."""
-    if value is None:
-        return None
-    if not isinstance(value, str) or value.count(":") < 1:
-        raise InvalidInput(f"entity must look like 'type:name', not {value!r}")
-    kind, name = value.split(":", 1)
-    kind, name = kind.strip().lower(), "_".join(name.strip().lower().split())
-    if not kind or not name:
-        raise InvalidInput(f"entity must look like 'type:name', not {value!r}")
-    return f"{kind}:{name}"
