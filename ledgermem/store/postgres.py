@@ -54,6 +54,7 @@ from .sql import (
     NEIGHBOUR_SMOOTHING,
     Run,
     SQLStore,
+    embedded_table,
     item_where_sql,
     turn_where_sql,
 )
@@ -527,7 +528,7 @@ class PostgresStore(SQLStore):
     def set_embeddings(
         self, table: Table, rows: Sequence[tuple[str, str, Vector]], model: str
     ) -> int:
-        name = _table(table)
+        name = embedded_table(table)
         done = 0
         with self._writing() as run:
             live = run("SELECT value FROM meta WHERE key = 'embedding_model'", [])
@@ -541,25 +542,8 @@ class PostgresStore(SQLStore):
                     "RETURNING 1", [np.asarray(vector, dtype=np.float32), model, row_id, text]))
         return done
 
-    def unstaged(self, table: Table, model: str, limit: int) -> list[tuple[str, str]]:
-        name = _table(table)
-        rows = self._read(
-            f"SELECT id, {EMBED_TEXT[name]} AS text FROM {name} AS t WHERE NOT EXISTS ("
-            "SELECT 1 FROM embedding_staging AS s WHERE s.table_name = ? AND s.id = t.id "
-            f"AND s.model = ? AND s.content = {EMBED_TEXT[name]}) ORDER BY pk LIMIT ?",
-            [name, model, limit])
-        return [(r[0], r[1]) for r in rows]
-
-    def stage_embeddings(
-        self, table: Table, rows: Sequence[tuple[str, str, Vector]], model: str
-    ) -> None:
-        name = _table(table)
-        with self._writing() as run:
-            for row_id, text, vector in rows:
-                run("INSERT INTO embedding_staging (table_name, id, model, content, vector) "
-                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (table_name, id, model) DO UPDATE "
-                    "SET content = excluded.content, vector = excluded.vector",
-                    [name, row_id, model, text, np.asarray(vector, dtype=np.float32)])
+    def _vector_param(self, vector: Vector) -> Any:
+        return np.asarray(vector, dtype=np.float32)
 
     def promote_staged(self, model: str, dimensions: int) -> bool:
         with self._writing() as run:
@@ -593,14 +577,10 @@ def _version(conn: Conn) -> int:
 
 def _pending_sql(table: str) -> str:
     """Rows still without a vector, oldest first, skipping those another worker holds."""
-    return (f"SELECT id, {EMBED_TEXT[_table(table)]} FROM {table} WHERE embedding IS NULL "
+    return (f"SELECT id, {EMBED_TEXT[embedded_table(table)]} FROM {table} WHERE embedding IS NULL "
             "ORDER BY pk LIMIT ? FOR UPDATE SKIP LOCKED")
 
 
-def _table(table: str) -> str:
-    if table not in ("knowledge", "conversations"):
-        raise ValueError(f"no embedded table {table!r}")
-    return table
 
 
 def _public_url(url: str) -> str:

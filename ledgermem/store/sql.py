@@ -17,7 +17,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..types import Event, Item, ItemQuery, ToolCall, Turn
-from .base import TurnQuery, Vector, iter_chunks
+from .base import Table, TurnQuery, Vector, iter_chunks
 
 Run = Callable[[str, Sequence[Any]], list[tuple[Any, ...]]]
 """Executes one statement inside a write transaction and returns its rows."""
@@ -91,6 +91,13 @@ def event_from_row(row: Sequence[Any]) -> Event:
     values = dict(zip(EVENT_COLUMNS, row, strict=True))
     values["payload"] = json.loads(values["payload"])
     return Event(**values)
+
+
+def embedded_table(table: str) -> str:
+    """``table`` if it holds embeddings (a guard before it is put into SQL)."""
+    if table not in ("knowledge", "conversations"):
+        raise ValueError(f"no embedded table {table!r}")
+    return table
 
 
 def item_where_sql(user_id: str, query: ItemQuery, prefix: str = "", *,
@@ -610,6 +617,31 @@ class SQLStore(ABC):
         return [{"purpose": r[0], "model": r[1], "calls": int(r[2]), "tokens_in": int(r[3]),
                  "tokens_out": int(r[4]), "errors": int(r[5]),
                  "latency_ms": round(float(r[6]), 3)} for r in rows]
+
+    # embeddings -------------------------------------------------------------------
+    @abstractmethod
+    def _vector_param(self, vector: Vector) -> Any:
+        """A vector as this driver stores it (BLOB bytes, a pgvector value…)."""
+
+    def unstaged(self, table: Table, model: str, limit: int) -> list[tuple[str, str]]:
+        name = embedded_table(table)
+        rows = self._read(
+            f"SELECT id, {EMBED_TEXT[name]} AS text FROM {name} AS t WHERE NOT EXISTS ("
+            "SELECT 1 FROM embedding_staging AS s WHERE s.table_name = ? AND s.id = t.id "
+            f"AND s.model = ? AND s.content = {EMBED_TEXT[name]}) ORDER BY pk LIMIT ?",
+            [name, model, limit])
+        return [(r[0], r[1]) for r in rows]
+
+    def stage_embeddings(
+        self, table: Table, rows: Sequence[tuple[str, str, Vector]], model: str
+    ) -> None:
+        name = embedded_table(table)
+        with self._writing() as run:
+            for row_id, text, vector in rows:
+                run("INSERT INTO embedding_staging (table_name, id, model, content, vector) "
+                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (table_name, id, model) DO UPDATE "
+                    "SET content = excluded.content, vector = excluded.vector",
+                    [name, row_id, model, text, self._vector_param(vector)])
 
     def get_meta(self, key: str) -> str | None:
         rows = self._read("SELECT value FROM meta WHERE key = ?", [key])

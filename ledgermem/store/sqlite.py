@@ -29,6 +29,7 @@ from .sql import (
     NEIGHBOUR_SMOOTHING,
     Run,
     SQLStore,
+    embedded_table,
     item_where_sql,
     turn_where_sql,
 )
@@ -266,7 +267,7 @@ class SQLiteStore(SQLStore):
     # embeddings -------------------------------------------------------------------
     def pending_embeddings(self, table: Table, limit: int) -> list[tuple[str, str]]:
         rows = self._read(
-            f"SELECT id, {EMBED_TEXT[table]} FROM {_table(table)} WHERE embedding IS NULL "
+            f"SELECT id, {EMBED_TEXT[table]} FROM {embedded_table(table)} WHERE embedding IS NULL "
             "ORDER BY pk LIMIT ?", [limit])
         return [(r[0], r[1]) for r in rows]
 
@@ -280,7 +281,7 @@ class SQLiteStore(SQLStore):
     def set_embeddings(
         self, table: Table, rows: Sequence[tuple[str, str, Vector]], model: str
     ) -> int:
-        name = _table(table)
+        name = embedded_table(table)
         done = 0
         with self._writing() as run:
             live = run("SELECT value FROM meta WHERE key = 'embedding_model'", [])
@@ -318,7 +319,7 @@ class SQLiteStore(SQLStore):
             if block is None or block.matrix.shape[1] != dims:
                 block = index.users[user_id] = UserVectors(dims)
             rows = self._read(
-                f"SELECT emb_seq, id, embedding FROM {_table(table)} WHERE user_id = ? AND "
+                f"SELECT emb_seq, id, embedding FROM {embedded_table(table)} WHERE user_id = ? AND "
                 "emb_seq > ? AND embedding IS NOT NULL ORDER BY emb_seq", [user_id, block.cursor])
             if rows:
                 block.upsert([r[1] for r in rows], [r[2] for r in rows])
@@ -387,24 +388,8 @@ class SQLiteStore(SQLStore):
         where, params = turn_where_sql(user_id, query, by_id=True)
         return self._vector_search("conversations", user_id, vector, where, params, limit)
 
-    def unstaged(self, table: Table, model: str, limit: int) -> list[tuple[str, str]]:
-        name = _table(table)
-        rows = self._read(
-            f"SELECT id, {EMBED_TEXT[name]} AS text FROM {name} AS t WHERE NOT EXISTS ("
-            "SELECT 1 FROM embedding_staging AS s WHERE s.table_name = ? AND s.id = t.id "
-            f"AND s.model = ? AND s.content = {EMBED_TEXT[name]}) ORDER BY pk LIMIT ?",
-            [name, model, limit])
-        return [(r[0], r[1]) for r in rows]
-
-    def stage_embeddings(
-        self, table: Table, rows: Sequence[tuple[str, str, Vector]], model: str
-    ) -> None:
-        name = _table(table)
-        with self._writing() as run:
-            for row_id, text, vector in rows:
-                run("INSERT OR REPLACE INTO embedding_staging (table_name, id, model, content, "
-                    "vector) VALUES (?, ?, ?, ?, ?)",
-                    [name, row_id, model, text, np.asarray(vector, dtype=np.float32).tobytes()])
+    def _vector_param(self, vector: Vector) -> Any:
+        return np.asarray(vector, dtype=np.float32).tobytes()
 
     def promote_staged(self, model: str, dimensions: int) -> bool:
         with self._writing() as run:
@@ -452,9 +437,3 @@ class SQLiteStore(SQLStore):
         for table, row_id, blob, model, seq in kept:
             run(f"UPDATE {table} SET embedding = ?, embedding_model = ?, emb_seq = ? "
                 "WHERE id = ?", [blob, model, seq, row_id])
-
-
-def _table(table: str) -> str:
-    if table not in ("knowledge", "conversations"):
-        raise ValueError(f"no embedded table {table!r}")
-    return table
