@@ -47,12 +47,15 @@ def show(results: dict[str, Any]) -> None:
                             f"{result['latency_ms']['p95']:.1f}", f"{result['ingest_s']:.1f}")
     console.print(quality)
     scale = Table(title="scale (latency p50 / p95 ms)")
-    for column in ("items", "add/s", "add/s full", "hybrid", "keyword", "vector",
+    for column in ("store", "items", "add/s", "add/s full", "hybrid", "keyword", "vector",
                    "query embed", "RSS MiB", "file MiB"):
         scale.add_column(column, justify="right")
-    for run in results.get("scale", {}).get("runs", []):
+    runs = [(name.removeprefix("scale_") if name != "scale" else "sqlite", run)
+            for name in ("scale", "scale_postgres")
+            for run in results.get(name, {}).get("runs", [])]
+    for store, run in runs:
         lat = run["latency_ms"]
-        scale.add_row(str(run["items"]), f"{run['add_per_s']:.0f}",
+        scale.add_row(store, str(run["items"]), f"{run['add_per_s']:.0f}",
                       f"{run.get('add_per_s_full', 0):.0f}",
                       *[f"{lat[m]['p50']:.1f} / {lat[m]['p95']:.1f}"
                         for m in ("hybrid", "keyword", "vector", "query_embedding")],
@@ -82,8 +85,12 @@ def main() -> int:
     sizes = "10000" if args.quick else "10000,100000"
     results["scale"] = ledgermem("bench", "scale", "--items", sizes)
     if args.postgres:
-        results["locomo_hybrid_postgres"] = ledgermem(
-            "--db", args.postgres, "bench", "locomo", "--data", str(args.locomo))
+        for mode in modes if args.locomo.exists() else []:
+            results[f"locomo_{mode}_postgres"] = ledgermem(
+                "--db", args.postgres, "bench", "locomo", "--data", str(args.locomo),
+                "--mode", mode)
+        results["scale_postgres"] = ledgermem("bench", "scale", "--items", sizes,
+                                              "--db", args.postgres)
     out = ROOT / "bench" / "results"
     out.mkdir(exist_ok=True)
     target = out / f"bench-{datetime.now(UTC):%Y%m%d-%H%M%S}.json"

@@ -293,6 +293,89 @@ def _env_secret(*names: str) -> str | None:
     return next((os.environ[n] for n in names if os.environ.get(n)), None)
 
 
+@contextmanager
+def _transfer_progress(obj: Context) -> Iterator[Any]:
+    """A progress callback for ``ledgermem.transfer`` drawing bars on stderr."""
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), disable=obj.as_json) as bar:
+        tasks: dict[str, Any] = {}
+
+        def report(phase: str, done: int, total: int | None) -> None:
+            if phase not in tasks:
+                tasks[phase] = bar.add_task(phase, total=total)
+            bar.update(tasks[phase], completed=done, total=total)
+
+        yield report
+
+
+@command(main, "export")
+@click.option("--output", "-o", default="-", show_default=True,
+              type=click.Path(dir_okay=False, allow_dash=True),
+              help="File to write (replaced only once the export is complete), or - for "
+                   "stdout.")
+def export(obj: Context, output: str) -> None:
+    """Write every user's ledger and vectors as JSON Lines, for `import` or a backup."""
+    from .memory import open_store
+    from .transfer import export_jsonl
+
+    store = open_store(obj.db)
+    try:
+        with _transfer_progress(obj) as report, click.open_file(
+                output, "w", encoding="utf-8", atomic=output != "-") as out:
+            events = export_jsonl(store, out, progress=report)
+    finally:
+        store.close()
+    result = {"exported_events": events, "output": output}
+    if output == "-":  # stdout holds the export: the summary goes to stderr
+        Console(stderr=True).print(f"exported {events} events")
+    else:
+        obj.emit(result, lambda: obj.console.print(f"exported {events} events to {output}"))
+
+
+@command(main, "import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
+def import_(obj: Context, file: str) -> None:
+    """Replay an export (FILE, or - for stdin) into the store: all or nothing."""
+    from .memory import open_store
+    from .transfer import import_jsonl
+
+    store = open_store(obj.db)
+    try:
+        with _transfer_progress(obj) as report, click.open_file(
+                file, "r", encoding="utf-8") as source:
+            events = import_jsonl(store, source, progress=report)
+    finally:
+        store.close()
+    obj.emit({"imported_events": events}, lambda: obj.console.print(
+        f"imported {events} events into {store.url}"))
+
+
+@command(main)
+@click.argument("src_url")
+@click.argument("dst_url")
+def migrate(obj: Context, src_url: str, dst_url: str) -> None:
+    """Copy every user's ledger and vectors from SRC_URL to DST_URL (any two of
+    sqlite:///…, a path, postgresql://…), then check the counts per user."""
+    from .memory import open_store
+    from .transfer import migrate as run_migrate
+
+    src = open_store(src_url)
+    try:
+        dst = open_store(dst_url)
+        try:
+            with _transfer_progress(obj) as report:
+                result = run_migrate(src, dst, progress=report)
+        finally:
+            dst.close()
+    finally:
+        src.close()
+    obj.emit(result, lambda: obj.console.print(
+        f"copied {result['users']} users: {result['events']} events, {result['items']} "
+        f"items, {result['turns']} turns, {result['tool_calls']} tool calls, "
+        f"{result['vectors']} vectors; counts checked"))
+
+
 @main.group()
 def bench() -> None:
     """Retrieval-quality and scale benchmarks."""
@@ -329,6 +412,24 @@ def _print_result(obj: Context, result: dict[str, Any], metrics: list[str]) -> N
     obj.console.print(f"latency ms: {result['latency_ms']}  ingest: {result['ingest_s']} s")
 
 
+def _bench_db(obj: Context, db: str | None) -> str | None:
+    """The database a benchmark runs in: its own --db, else the global --db when it was
+    given on the command line (never LEDGERMEM_DB: a benchmark should not write into
+    the memory the environment points at), else None (a temporary file)."""
+    if db is not None:
+        return db
+    root = click.get_current_context().find_root()
+    given = root.get_parameter_source("db") == click.core.ParameterSource.COMMANDLINE
+    return obj.db if given else None
+
+
+bench_db_option = click.option(
+    "--db", "db", default=None,
+    help="Run in this database (a path or postgresql://… URL) instead of a temporary "
+         "file; the run's users are unique and forgotten at the end. Default: the "
+         "global --db when given on the command line.")
+
+
 @command(bench, "locomo")
 @json_option
 @click.option("--data", type=click.Path(exists=True, dir_okay=False), required=True)
@@ -336,7 +437,9 @@ def _print_result(obj: Context, result: dict[str, Any], metrics: list[str]) -> N
 @click.option("--mode", type=click.Choice(["hybrid", "keyword", "vector"]), default="hybrid",
               show_default=True)
 @click.option("--embedder", default="default", show_default=True)
-def bench_locomo(obj: Context, data: str, ks: str, mode: str, embedder: str) -> None:
+@bench_db_option
+def bench_locomo(obj: Context, data: str, ks: str, mode: str, embedder: str,
+                 db: str | None) -> None:
     """Evidence recall@k on a LoCoMo-format file (categories 1–4)."""
     from pathlib import Path
 
@@ -344,7 +447,7 @@ def bench_locomo(obj: Context, data: str, ks: str, mode: str, embedder: str) -> 
 
     cutoffs = _ks(ks)
     result = run_locomo(Path(data), ks=cutoffs, mode=mode, embedder=embedder,
-                        quiet=obj.as_json)
+                        db=_bench_db(obj, db), quiet=obj.as_json)
     obj.emit(result, lambda: _print_result(obj, result, [f"recall@{k}" for k in cutoffs]))
 
 
@@ -374,11 +477,18 @@ def bench_longmemeval(obj: Context, data: str, granularity: str, mode: str,
 @click.option("--items", default="10000,100000", show_default=True,
               help="Store sizes to measure, comma-separated.")
 @click.option("--queries", type=int, default=200, show_default=True)
-def bench_scale(obj: Context, items: str, queries: int) -> None:
+@click.option("--db", "db", default=None,
+              help="A postgresql://… URL to measure instead of SQLite: each size runs in a "
+                   "new schema there, dropped at the end. Default: the global --db when "
+                   "it is such a URL given on the command line.")
+def bench_scale(obj: Context, items: str, queries: int, db: str | None) -> None:
     """Add throughput, recall latency, peak RSS and file size at several sizes."""
     from .benchmarks.scale import run_scale
 
-    result = run_scale(_ks(items), queries=queries, quiet=obj.as_json)
+    url = _bench_db(obj, db)
+    if db is None and url is not None and not url.startswith(("postgresql:", "postgres:")):
+        url = None  # a global SQLite --db: scale measures new files, as it always did
+    result = run_scale(_ks(items), queries=queries, db=url, quiet=obj.as_json)
 
     def render() -> None:
         table = Table(title="scale")

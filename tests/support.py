@@ -1,8 +1,14 @@
-"""Shared test support: a controllable clock and raw access to a store's SQLite file.
+"""Shared test support: a controllable clock and raw access to a store's database.
 
-Raw ``sqlite3`` connections are how the tests look *under* the API (ledger payloads,
-embedding columns, FTS indexes) without trusting the code under test to report on
-itself. Nothing here fakes our storage.
+Raw connections (``sqlite3`` on the file, ``psycopg`` on the server) are how the
+tests look *under* the API (ledger payloads, embedding columns, full-text indexes)
+without trusting the code under test to report on itself. Nothing here fakes our
+storage.
+
+A *target* is a ``Memory``, a SQLite file (a ``Path`` or a plain path string), or a
+PostgreSQL URL whose search_path names the test's schema. SQL is written with ``?``
+placeholders in the subset both dialects read; on PostgreSQL the raw connection sees
+every user's rows (``ledgermem.all_users``), as the store's maintenance does.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import numpy as np
 
@@ -24,6 +31,9 @@ START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 
 VIEW_TABLES = ("knowledge", "conversations", "tool_history")
 ALL_TABLES = ("events", *VIEW_TABLES, "meta", "schema_version")
+PG_SCHEMES = ("postgresql://", "postgres://")
+
+Target = Memory | Path | str
 
 
 class FakeClock:
@@ -45,15 +55,62 @@ class FakeClock:
         return iso(self.now)
 
 
+def with_login(url: str, *, user: str | None = None, dbname: str | None = None,
+               search_path: str | None = None) -> str:
+    """``url`` with another role (password = its name), database or search_path."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if user is not None:
+        netloc = f"{user}:{user}@{netloc.rpartition('@')[2]}"
+    path = parts.path if dbname is None else f"/{dbname}"
+    query = parts.query
+    if search_path is not None:
+        option = "options=" + quote(f"-c search_path={search_path}")
+        query = f"{query}&{option}" if query else option
+    return urlunsplit(parts._replace(netloc=netloc, path=path, query=query))
+
+
+def postgres_url(target: Target) -> str | None:
+    """The (unmasked) PostgreSQL URL of ``target``, or None when it is SQLite."""
+    if isinstance(target, Memory):
+        conninfo = getattr(target.store, "_conninfo", None)   # PostgresStore only
+        return str(conninfo) if conninfo is not None else None
+    text = str(target)
+    return text if text.startswith(PG_SCHEMES) else None
+
+
+def is_postgres(target: Target) -> bool:
+    return postgres_url(target) is not None
+
+
 def db_path(mem: Memory) -> Path:
     path: Path = mem.store.path  # type: ignore[attr-defined]
     return path
 
 
+class PgConnection:
+    """A psycopg connection that takes ``?`` placeholders, like ``sqlite3``'s."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self.conn.execute(sql.replace("%", "%%").replace("?", "%s"), list(params))
+
+
 @contextmanager
-def raw(target: Memory | Path) -> Iterator[sqlite3.Connection]:
-    """A plain sqlite3 connection to the memory's file, closed on exit."""
-    path = db_path(target) if isinstance(target, Memory) else target
+def raw(target: Target) -> Iterator[Any]:
+    """A plain connection to the target's database (autocommit), closed on exit:
+    a ``sqlite3.Connection``, or a ``PgConnection`` that sees every user's rows."""
+    url = postgres_url(target)
+    if url is not None:
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as pg:
+            pg.execute("SELECT set_config('ledgermem.all_users', 'on', false)")
+            yield PgConnection(pg)
+        return
+    path = db_path(target) if isinstance(target, Memory) else Path(target)
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         yield conn
@@ -61,41 +118,55 @@ def raw(target: Memory | Path) -> Iterator[sqlite3.Connection]:
         conn.close()
 
 
-def rows(mem: Memory | Path, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-    with raw(mem) as conn:
-        return conn.execute(sql, tuple(params)).fetchall()
+def rows(target: Target, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    with raw(target) as conn:
+        cursor = conn.execute(sql, tuple(params))
+        return list(cursor.fetchall()) if cursor.description is not None else []
 
 
-def event_count(mem: Memory | Path) -> int:
-    return int(rows(mem, "SELECT count(*) FROM events")[0][0])
+def event_count(target: Target) -> int:
+    return int(rows(target, "SELECT count(*) FROM events")[0][0])
 
 
-def snapshot(mem: Memory | Path) -> dict[str, list[tuple[Any, ...]]]:
+def snapshot(target: Target) -> dict[str, list[tuple[Any, ...]]]:
     """Every row of every table, for "nothing stored changed" checks."""
-    with raw(mem) as conn:
-        return {table: conn.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall()
+    with raw(target) as conn:
+        return {table: list(conn.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall())
                 for table in ALL_TABLES}
 
 
-def user_rows(mem: Memory | Path, user_id: str) -> dict[str, list[tuple[Any, ...]]]:
+def user_rows(target: Target, user_id: str) -> dict[str, list[tuple[Any, ...]]]:
     """Every row one user owns, by table."""
-    with raw(mem) as conn:
-        return {table: conn.execute(f"SELECT * FROM {table} WHERE user_id = ? ORDER BY 1",
-                                    (user_id,)).fetchall()
+    with raw(target) as conn:
+        return {table: list(conn.execute(f"SELECT * FROM {table} WHERE user_id = ? "
+                                         "ORDER BY 1", (user_id,)).fetchall())
                 for table in ("events", *VIEW_TABLES)}
 
 
-def payloads_of(mem: Memory | Path, subject_id: str) -> list[str]:
+def payloads_of(target: Target, subject_id: str) -> list[str]:
     """Raw JSON payloads of every ledger event about one subject."""
-    return [r[0] for r in rows(mem, "SELECT payload FROM events WHERE subject_id = ? "
-                                    "ORDER BY seq", [subject_id])]
+    return [r[0] for r in rows(target, "SELECT payload FROM events WHERE subject_id = ? "
+                                       "ORDER BY seq", [subject_id])]
 
 
-def stored_embedding(mem: Memory, item_id: str) -> bytes | None:
-    found = rows(mem, "SELECT embedding FROM knowledge WHERE id = ?", [item_id])
-    assert found, f"no knowledge row {item_id}"
-    blob: bytes | None = found[0][0]
-    return blob
+def fts_hits(target: Target, table: str, word: str) -> list[tuple[Any, ...]]:
+    """Rows whose full-text index holds ``word``: the FTS5 table on SQLite, the
+    generated ``tsvector`` column on PostgreSQL."""
+    if is_postgres(target):
+        return rows(target, f"SELECT pk FROM {table} WHERE fts @@ "
+                            "plainto_tsquery('ledgermem_english', ?)", [word])
+    return rows(target, f"SELECT rowid FROM {table}_fts WHERE {table}_fts MATCH ?", [word])
+
+
+def stored_embedding(target: Target, row_id: str, table: str = "knowledge") -> bytes | None:
+    """A row's stored vector as float32 bytes (SQLite's BLOB; pgvector's values), or None."""
+    column = "embedding::float4[]" if is_postgres(target) else "embedding"
+    found = rows(target, f"SELECT {column} FROM {table} WHERE id = ?", [row_id])
+    assert found, f"no {table} row {row_id}"
+    value = found[0][0]
+    if value is None or isinstance(value, bytes):
+        return value
+    return np.asarray(value, dtype=np.float32).tobytes()
 
 
 def set_embedding(mem: Memory, item_id: str, text: str, dims: int = 8) -> None:

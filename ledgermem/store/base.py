@@ -146,6 +146,19 @@ class Store(Protocol):
     def user_ids(self) -> list[str]:
         """Every user with at least one event (for maintenance across users)."""
 
+    # moving between stores (any user) ---------------------------------------------
+    def ledger(self, after_seq: int, limit: int) -> list[tuple[int, Event]]:
+        """(seq, event) of every user's events after ``after_seq``, in ledger order."""
+
+    def stored_embeddings(self, table: Table, after_id: str, limit: int
+                          ) -> list[tuple[str, str, Vector, str]]:
+        """(id, text it was made from, vector, model) of rows, any user, that have a
+        vector, ordered by id, starting after ``after_id``."""
+
+    def user_counts(self) -> dict[str, dict[str, int]]:
+        """Per user: ``events``, ``items`` (superseded and invalidated included),
+        ``turns``, ``tool_calls`` and ``vectors`` (rows with an embedding)."""
+
     # embeddings -------------------------------------------------------------------
     def pending_embeddings(self, table: Table, limit: int) -> list[tuple[str, str]]:
         """(id, text) of rows, any user, that have no embedding yet."""

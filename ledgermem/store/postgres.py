@@ -76,30 +76,33 @@ _SET_SCOPE = ("SELECT set_config('ledgermem.user_id', %s, true), "
 _EVERY_USER = ("", True)
 _BM25_SQL = """
 WITH words AS MATERIALIZED (
-    SELECT array_agg(DISTINCT lexeme) AS lexemes
+    SELECT lexeme, quote_literal(lexeme)::tsquery AS query
     FROM unnest(tsvector_to_array(to_tsvector('ledgermem_english', ?))) AS lexeme
 ), idf AS MATERIALIZED (
-    SELECT w.lexeme, greatest(ln((?::float8 - h.hits + 0.5) / (h.hits + 0.5)), 1e-6) AS idf
-    FROM (SELECT unnest(lexemes) AS lexeme FROM words) AS w CROSS JOIN LATERAL (
-        SELECT count(*) AS hits FROM {table}
-        WHERE user_id = ? AND fts @@ quote_literal(w.lexeme)::tsquery) AS h
-), matched AS (
-    SELECT t.pk, t.id, t.fts, t.doc_len FROM {table} AS t
-    WHERE t.fts @@ {tsquery} AND {where}
+    SELECT w.lexeme, greatest(ln((?::float8 - count(*) + 0.5) / (count(*) + 0.5)), 1e-6) AS idf
+    FROM {table} AS t JOIN words AS w ON t.fts @@ w.query
+    WHERE t.user_id = ? AND t.fts @@ {any_query}
+    GROUP BY w.lexeme
+), matched AS MATERIALIZED (
+    SELECT t.pk, t.id, t.doc_len, ts_delete(t.fts, tsvector_to_array(ts_delete(
+        t.fts, (SELECT array_agg(lexeme) FROM words)))) AS fts
+    FROM {table} AS t WHERE t.fts @@ {tsquery} AND {where}
 )
 SELECT m.id, sum(i.idf * f.freq * 2.2 / (f.freq + 1.2 * (0.25 + 0.75 * m.doc_len / ?::float8)))
     AS score
-FROM matched AS m CROSS JOIN words AS w
-CROSS JOIN LATERAL (
-    SELECT v.lexeme, (SELECT sum(CASE x WHEN 'B' THEN 0.4 ELSE 1.0 END)
-                      FROM unnest(v.weights) AS x)::float8 AS freq
-    FROM unnest(m.fts) AS v WHERE v.lexeme = ANY (w.lexemes)) AS f
+FROM matched AS m CROSS JOIN LATERAL (
+    SELECT v.lexeme, cardinality(v.weights) - 0.6 * cardinality(array_positions(v.weights, 'B'))
+        AS freq
+    FROM unnest(m.fts) AS v) AS f
 JOIN idf AS i ON i.lexeme = f.lexeme
 GROUP BY m.pk, m.id ORDER BY score DESC, m.pk LIMIT ?
 """
 """FTS5's bm25 (k1 = 1.2, b = 0.75, idf floored at 1e-6): a term's frequency in a row
 counts weight-B positions (a turn's neighbours' text) 0.4, as SQLite weighs that
-column; the row's length is its token count (``doc_len``)."""
+column; the row's length is its token count (``doc_len``). A term's document count
+is taken in one pass over the rows holding any query term; a row's tsvector is cut
+down to the query's lexemes (``ts_delete`` of all others) before it is unnested,
+since unnesting every lexeme of every matched row was most of the query's time."""
 CORPUS_TTL_S = 60.0
 """How long a user's row count and mean row length (BM25's corpus statistics) are
 reused; this process's own writes to the user drop them at once."""
@@ -406,21 +409,25 @@ class PostgresStore(SQLStore):
             n_rows, avgdl = self._corpus(run, table, user_id)
             if not n_rows:
                 return []
-            rows = run(_BM25_SQL.format(table=table, tsquery=tsquery, where=where),
-                       [text, n_rows, user_id, text, *params, avgdl, limit])
+            rows = run(_BM25_SQL.format(table=table, tsquery=tsquery, any_query=_OR_QUERY,
+                                        where=where),
+                       [text, n_rows, user_id, text, text, *params, avgdl, limit])
         return [(r[0], float(r[1])) for r in rows]
 
     def _corpus(self, run: Run, table: str, user_id: str) -> tuple[int, float]:
         """(rows, mean tokens per row) of this user's table, cached (``CORPUS_TTL_S``)
-        since counting is linear in the user's rows."""
+        since counting is linear in the user's rows. An empty table is not cached:
+        search skips it, so a stale zero would hide rows another process (or a
+        rebuild) wrote meanwhile; stale non-zero statistics only shift scores."""
         key = (table, user_id)
         cached = self._corpora.get(key)
         if cached is not None and cached[2] > time.monotonic():
             return cached[0], cached[1]
         n_rows, avgdl = run(f"SELECT count(*), coalesce(avg(doc_len), 0) FROM {table} "
                             "WHERE user_id = ?", [user_id])[0]
-        self._corpora[key] = (int(n_rows), float(avgdl) or 1.0,
-                              time.monotonic() + CORPUS_TTL_S)
+        if n_rows:
+            self._corpora[key] = (int(n_rows), float(avgdl) or 1.0,
+                                  time.monotonic() + CORPUS_TTL_S)
         return int(n_rows), float(avgdl) or 1.0
 
     def keyword_search_items(
@@ -491,14 +498,17 @@ class PostgresStore(SQLStore):
                          f"ORDER BY embedding::vector({dims}) <=> ?::vector({dims}) LIMIT ?) "
                          "AS hits)")
                 scope_params = [user_id, q, max(limit * 4, 64)]
+            # The filters' columns ride along instead of a join back to the table: under
+            # a generic plan with stale statistics PostgreSQL chose a nested loop that
+            # recomputed the window per row (seconds instead of milliseconds).
+            keys = "pk, id, user_id, session_id, role, ts"
             rows = run(
-                f"WITH scored AS (SELECT pk, session_id, ts, CASE WHEN vector_dims(embedding) "
+                f"WITH scored AS (SELECT {keys}, CASE WHEN vector_dims(embedding) "
                 f"= {dims} THEN {_COSINE} END AS cos FROM conversations WHERE user_id = ? "
-                f"{scope}), smoothed AS (SELECT pk, cos + ? * coalesce(greatest({around}), 0) "
+                f"{scope}), c AS (SELECT {keys}, cos + ? * coalesce(greatest({around}), 0) "
                 "AS score FROM scored WINDOW w AS (PARTITION BY session_id "
-                "ORDER BY ts, pk)) SELECT c.id, s.score FROM smoothed AS s JOIN conversations "
-                f"AS c ON c.pk = s.pk WHERE s.score IS NOT NULL AND {where} "
-                "ORDER BY s.score DESC, c.pk LIMIT ?",
+                f"ORDER BY ts, pk)) SELECT c.id, c.score FROM c WHERE c.score IS NOT NULL "
+                f"AND {where} ORDER BY c.score DESC, c.pk LIMIT ?",
                 [q, user_id, *scope_params, NEIGHBOUR_SMOOTHING, *params, limit])
         return [(r[0], float(r[1])) for r in rows]
 

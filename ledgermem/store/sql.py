@@ -525,6 +525,36 @@ class SQLStore(ABC):
     def user_ids(self) -> list[str]:
         return [r[0] for r in self._read("SELECT DISTINCT user_id FROM events ORDER BY 1")]
 
+    # moving between stores --------------------------------------------------------
+    def ledger(self, after_seq: int, limit: int) -> list[tuple[int, Event]]:
+        rows = self._read(f"SELECT seq, {', '.join(EVENT_COLUMNS)} FROM events WHERE seq > ? "
+                          "ORDER BY seq LIMIT ?", [int(after_seq), int(limit)])
+        return [(int(r[0]), event_from_row(r[1:])) for r in rows]
+
+    def stored_embeddings(self, table: Table, after_id: str, limit: int
+                          ) -> list[tuple[str, str, Vector, str]]:
+        name = embedded_table(table)
+        rows = self._read(
+            f"SELECT id, {EMBED_TEXT[name]}, embedding, embedding_model FROM {name} "
+            "WHERE id > ? AND embedding IS NOT NULL ORDER BY id LIMIT ?",
+            [after_id, int(limit)])
+        return [(r[0], r[1], vector_of(r[2]), r[3]) for r in rows]
+
+    def user_counts(self) -> dict[str, dict[str, int]]:
+        keys = ("events", "items", "turns", "tool_calls", "vectors")
+        counts: dict[str, dict[str, int]] = {}
+        for key, sql in zip(keys, (
+                "SELECT user_id, count(*) FROM events GROUP BY user_id",
+                "SELECT user_id, count(*) FROM knowledge GROUP BY user_id",
+                "SELECT user_id, count(*) FROM conversations GROUP BY user_id",
+                "SELECT user_id, count(*) FROM tool_history GROUP BY user_id",
+                "SELECT user_id, count(*) FROM (SELECT user_id FROM knowledge WHERE embedding "
+                "IS NOT NULL UNION ALL SELECT user_id FROM conversations WHERE embedding IS "
+                "NOT NULL) AS embedded GROUP BY user_id"), strict=True):
+            for user_id, count in self._read(sql):
+                counts.setdefault(user_id, dict.fromkeys(keys, 0))[key] = int(count)
+        return dict(sorted(counts.items()))
+
     # write pipeline ---------------------------------------------------------------
     def pending_extractions(
         self, limit: int, *, claimable_at: str | None = None, holder: str | None = None

@@ -30,9 +30,8 @@ from ledgermem.store.pg_migrations import PG_MIGRATIONS
 from ledgermem.store.postgres import PostgresStore
 from ledgermem.testing import HashEmbedder
 from ledgermem.types import ItemQuery
-from tests.postgres.conftest import with_login
 from tests.postgres.workers import claim_then_die, write_and_search
-from tests.support import FakeClock
+from tests.support import FakeClock, with_login
 
 LATEST = max(m.version for m in PG_MIGRATIONS)
 
@@ -256,6 +255,26 @@ def test_another_user_gets_not_found(pg_memory: Memory) -> None:
     assert bob.search_conversations("locker code quartz") == []
     assert bob.stats()["events"] == 0
     assert alice.get(secret.id).content == "Alice's locker code is quartz-7431"
+
+
+def test_a_user_first_written_by_another_process_is_found_at_once(pg_url: str) -> None:
+    # Regression (fixed): BM25's corpus statistics were cached for a minute even when the
+    # user had no rows yet, and a cached zero skips the search: a store that had searched
+    # an empty user found nothing another process (or a rebuild) wrote for a minute.
+    reader = Memory(PostgresStore(pg_url, max_size=1), embedder=None)
+    writer = Memory(PostgresStore(pg_url, max_size=1), embedder=None)
+    try:
+        assert reader.for_user("alice").search("kettle", touch=False) == []
+        assert reader.for_user("alice").search_conversations("kettle") == []
+        item = writer.for_user("alice").remember("The kettle is descaled monthly")
+        turn = writer.for_user("alice").add_turn("user", "Descale the kettle today")
+        assert [h.id for h in reader.for_user("alice").search("kettle", touch=False)] == [
+            item.id]
+        assert [h.id for h in reader.for_user("alice").search_conversations("kettle")] == [
+            turn.id]
+    finally:
+        reader.close()
+        writer.close()
 
 
 def test_row_level_security_is_a_second_wall(pg_memory: Memory, pg_url: str) -> None:

@@ -1,11 +1,13 @@
-"""A Hypothesis state machine: the store behaves like a dict of id → content."""
+"""A Hypothesis state machine: the store behaves like a dict of id → content.
+
+Every run of the machine works on the test's store (one per backend) as two users of
+its own, so runs never see each other's items.
+"""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from itertools import count
-from pathlib import Path
+from uuid import uuid4
 
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -15,6 +17,7 @@ from hypothesis.stateful import (
     consumes,
     invariant,
     rule,
+    run_state_machine_as_test,
 )
 
 from ledgermem import Memory, NotFound
@@ -41,18 +44,13 @@ class StoreMatchesDict(RuleBasedStateMachine):
 
     ids = Bundle("ids")
 
-    def __init__(self) -> None:
+    def __init__(self, memory: Memory) -> None:
         super().__init__()
-        self.folder = Path(tempfile.mkdtemp(prefix="ledgermem-sm-"))
-        self.memory = Memory.open(self.folder / "m.db", embedder=None)
-        self.user = self.memory.for_user("alice")
-        self.other = self.memory.for_user("bob")
+        run = uuid4().hex
+        self.user = memory.for_user(f"alice-{run}")
+        self.other = memory.for_user(f"bob-{run}")
         self.model: dict[str, str] = {}
         self.forgotten: set[str] = set()
-
-    def teardown(self) -> None:
-        self.memory.close()
-        shutil.rmtree(self.folder, ignore_errors=True)
 
     @rule(target=ids, text=unique_texts())
     def remember(self, text: str) -> str:
@@ -111,6 +109,7 @@ class StoreMatchesDict(RuleBasedStateMachine):
             self.model)
 
 
-StoreMatchesDict.TestCase.settings = settings(max_examples=30, stateful_step_count=20,
-                                              deadline=None)
-TestStoreMatchesDict = StoreMatchesDict.TestCase
+def test_store_matches_dict(mem: Memory) -> None:
+    run_state_machine_as_test(
+        lambda: StoreMatchesDict(mem),
+        settings=settings(max_examples=30, stateful_step_count=20, deadline=None))
