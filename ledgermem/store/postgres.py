@@ -541,10 +541,7 @@ class PostgresStore(SQLStore):
         name = embedded_table(table)
         done = 0
         with self._writing() as run:
-            live = run("SELECT value FROM meta WHERE key = 'embedding_model'", [])
-            if live and live[0][0] != model:
-                raise SchemaMismatch(f"{self.url} now uses {live[0][0]}; restart with that "
-                                     f"embedder instead of {model}")
+            self._check_live_model(run, model)
             for row_id, text, vector in sorted(rows, key=lambda row: row[0]):
                 done += len(run(
                     f"UPDATE {name} SET embedding = ?, embedding_model = ?, emb_seq = "

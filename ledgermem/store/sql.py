@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..errors import SchemaMismatch
 from ..types import Event, Item, ItemQuery, ToolCall, Turn
 from .base import Table, TurnQuery, Vector, iter_chunks
 
@@ -652,6 +653,13 @@ class SQLStore(ABC):
     @abstractmethod
     def _vector_param(self, vector: Vector) -> Any:
         """A vector as this driver stores it (BLOB bytes, a pgvector value…)."""
+
+    def _check_live_model(self, run: Run, model: str) -> None:
+        """Refuse vectors of a model the store has moved away from (after ``reembed``)."""
+        live = run("SELECT value FROM meta WHERE key = 'embedding_model'", [])
+        if live and live[0][0] != model:
+            raise SchemaMismatch(f"{self.url} now uses {live[0][0]}; restart with that "
+                                 f"embedder instead of {model}")
 
     def unstaged(self, table: Table, model: str, limit: int) -> list[tuple[str, str]]:
         name = embedded_table(table)

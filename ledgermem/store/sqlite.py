@@ -284,10 +284,7 @@ class SQLiteStore(SQLStore):
         name = embedded_table(table)
         done = 0
         with self._writing() as run:
-            live = run("SELECT value FROM meta WHERE key = 'embedding_model'", [])
-            if live and live[0][0] != model:
-                raise SchemaMismatch(f"{self.url} now uses {live[0][0]}; restart with that "
-                                     f"embedder instead of {model}")
+            self._check_live_model(run, model)
             seq = self._next_emb_seq(run, len(rows))
             for row_id, text, vector in rows:
                 seq += 1
