@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 import time
 import uuid
 from collections import Counter
@@ -28,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from ..background import BackgroundWorker
 from ..clock import iso, system_clock
 from ..errors import InvalidInput, NotFound
 from ..store.base import TurnQuery
@@ -214,7 +214,7 @@ def _category(value: str | None) -> str:
     return value if value in CATEGORIES else "fact"
 
 
-class ExtractionWorker:
+class ExtractionWorker(BackgroundWorker):
     """Extracts pending turns in a daemon thread woken by ``notify``.
 
     ``flush()`` extracts everything pending in the caller's thread, waiting for
@@ -223,27 +223,21 @@ class ExtractionWorker:
 
     def __init__(self, memory: Memory, *, options: ExtractionOptions | None = None,
                  instructions: str | None = None) -> None:
+        super().__init__()
         self.memory = memory
         self.options = options or ExtractionOptions()
         self.instructions = instructions
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.failures = 0
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._busy = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._start_lock = threading.Lock()
+        # Wake up when a claim another worker held may have expired.
+        self.idle_wake_s = self.options.claim_seconds
+
+    thread_name = "ledgermem-extract"
+    log_name = "ledgermem.extraction"
 
     def notify(self) -> None:
         """Turns were queued: extract them soon (in the background, if enabled)."""
-        if not self.options.background:
-            return
-        with self._start_lock:
-            if self._thread is None and not self._stop.is_set():
-                self._thread = threading.Thread(target=self._loop, name="ledgermem-extract",
-                                                daemon=True)
-                self._thread.start()
-        self._wake.set()
+        if self.options.background:
+            super().notify()
 
     def pending(self) -> bool:
         """Whether any turn, of any user, waits for extraction."""
@@ -281,30 +275,3 @@ class ExtractionWorker:
                 if not self.pending():
                     return total
                 time.sleep(0.05)  # held by another worker: wait for it or its claim to lapse
-
-    def _loop(self) -> None:
-        delay = 0.5
-        while not self._stop.is_set():
-            self._wake.wait(timeout=self.options.claim_seconds)
-            self._wake.clear()
-            if self._stop.is_set():
-                return
-            try:
-                with self._busy:
-                    while not self._stop.is_set() and self.run_once():
-                        pass
-                delay = 0.5
-            except Exception:  # the worker must outlive a failing store or a bug in a batch
-                self.failures += 1
-                log.exception("extraction failed; retrying in %.1fs", delay)
-                if self._stop.wait(delay):
-                    return
-                delay = min(delay * 2, 30.0)
-                self._wake.set()
-
-    def close(self) -> None:
-        """Stop the thread; pending turns stay pending in the store."""
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)

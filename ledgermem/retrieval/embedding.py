@@ -8,10 +8,9 @@ everything pending in the caller's thread and returns when none is left.
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from typing import Any
 
+from ..background import BackgroundWorker
 from ..errors import SchemaMismatch
 from ..providers.embedders import Embedder
 from ..store.base import Store, Table
@@ -40,28 +39,17 @@ def check_model(store: Store, embedder: Embedder) -> None:
             f"or migrate with `ledgermem reembed --embedder NAME`")
 
 
-class EmbeddingWorker:
+class EmbeddingWorker(BackgroundWorker):
     """Embeds rows that lack a vector, in a daemon thread woken by ``notify``."""
 
+    thread_name = "ledgermem-embed"
+    log_name = "ledgermem.embedding"
+
     def __init__(self, store: Store, embedder: Embedder, *, batch_size: int = 64) -> None:
+        super().__init__()
         self.store = store
         self.embedder = embedder
         self.batch_size = batch_size
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._busy = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._start_lock = threading.Lock()
-        self.failures = 0
-
-    def notify(self) -> None:
-        """Something was written: embed it soon."""
-        with self._start_lock:
-            if self._thread is None and not self._stop.is_set():
-                self._thread = threading.Thread(target=self._loop, name="ledgermem-embed",
-                                                daemon=True)
-                self._thread.start()
-        self._wake.set()
 
     def run_once(self) -> int:
         """Embed one batch per table; returns how many rows got a vector."""
@@ -92,32 +80,6 @@ class EmbeddingWorker:
                 if idle > 50:
                     raise RuntimeError("rows keep changing while being embedded")
             return total
-
-    def _loop(self) -> None:
-        delay = 0.5
-        while not self._stop.is_set():
-            self._wake.wait()
-            self._wake.clear()
-            if self._stop.is_set():
-                return
-            try:
-                with self._busy:
-                    while not self._stop.is_set() and self.run_once():
-                        pass
-                delay = 0.5
-            except Exception:  # the worker must outlive a failing model or a busy store
-                self.failures += 1
-                log.exception("embedding failed; retrying in %.1fs", delay)
-                time.sleep(delay)
-                delay = min(delay * 2, 30.0)
-                self._wake.set()
-
-    def close(self) -> None:
-        """Stop the thread (pending rows stay pending in the store)."""
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
 
 
 def reembed(store: Store, embedder: Embedder, *, batch_size: int = 64,

@@ -1,0 +1,70 @@
+"""The thread loop shared by ledgermem's background workers (embedding, extraction).
+
+A worker's queue lives in the store, so the thread only needs waking: ``notify``
+starts it on first use and wakes it, the loop drains ``run_once`` until it returns 0,
+and a failure is logged and retried with backoff instead of killing the thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+__all__ = ["BackgroundWorker"]
+
+
+class BackgroundWorker:
+    """Subclasses implement ``run_once`` (work done, 0 when idle) and set ``thread_name``."""
+
+    thread_name = "ledgermem-worker"
+    log_name = "ledgermem"
+    idle_wake_s: float | None = None
+    """Wake up this often even when nobody calls ``notify`` (None: only when notified)."""
+
+    def __init__(self) -> None:
+        self.failures = 0
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._busy = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self._log = logging.getLogger(self.log_name)
+
+    def run_once(self) -> int:
+        raise NotImplementedError
+
+    def notify(self) -> None:
+        """Something was written: do the work soon, in the background thread."""
+        with self._start_lock:
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(target=self._loop, name=self.thread_name,
+                                                daemon=True)
+                self._thread.start()
+        self._wake.set()
+
+    def _loop(self) -> None:
+        delay = 0.5
+        while not self._stop.is_set():
+            self._wake.wait(timeout=self.idle_wake_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                with self._busy:
+                    while not self._stop.is_set() and self.run_once():
+                        pass
+                delay = 0.5
+            except Exception:  # the worker must outlive a failing model, store or batch
+                self.failures += 1
+                self._log.exception("%s failed; retrying in %.1fs", self.thread_name, delay)
+                if self._stop.wait(delay):
+                    return
+                delay = min(delay * 2, 30.0)
+                self._wake.set()
+
+    def close(self) -> None:
+        """Stop the thread; pending work stays pending in the store."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
