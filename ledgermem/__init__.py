@@ -19,7 +19,9 @@ from .memory import Memory, UserMemory, default_path
 from .pipeline import ExtractionOptions, MaintenanceOptions
 from .providers.llm import LLM, LLMCall, OpenAICompatibleLLM
 from .retrieval.hybrid import SearchOptions
+from .retrieval.rerank import Reranker
 from .retrieval.salience import SalienceWeights
+from .retrieval.when import TimeWindow, find_time_window
 from .store.base import Store
 from .store.sqlite import SQLiteStore
 from .types import CATEGORIES, SOURCES, Event, Hit, Item, ItemQuery, Scope, ToolCall, Turn
@@ -46,6 +48,7 @@ __all__ = [
     "NotFound",
     "OpenAICompatibleLLM",
     "ProviderError",
+    "Reranker",
     "SQLiteStore",
     "SalienceWeights",
     "SchemaMismatch",
@@ -53,9 +56,11 @@ __all__ = [
     "SearchOptions",
     "StorageError",
     "Store",
+    "TimeWindow",
     "ToolCall",
     "Turn",
     "UserMemory",
     "__version__",
     "default_path",
+    "find_time_window",
 ]

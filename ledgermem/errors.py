@@ -39,7 +39,8 @@ class SchemaMismatch(StorageError):
 
 
 class ProviderError(LedgermemError):
-    """An LLM or embedding provider failed after its retries."""
+    """An LLM or embedding provider failed after its retries, or a search's reranker
+    failed or returned hits it was not given."""
 
 
 class AccessDenied(LedgermemError):

@@ -9,18 +9,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from .clock import Clock, iso, new_id, parse_when, system_clock
 from .errors import ConfigError, InvalidInput, NotFound
 from .pipeline.extraction import ExtractionOptions, ExtractionWorker
 from .pipeline.maintenance import MaintenanceOptions, maintain_user, sum_results
-from .pipeline.timeline import MEMORY_KINDS, lineage, matches, rank_by_overlap, replay, valid_at
+from .pipeline.timeline import MEMORY_KINDS, lineage, matches, rank_as_of, replay, valid_at
 from .providers.embedders import embedder_from_name
 from .providers.llm import LLM
 from .retrieval.embedding import EmbeddingWorker, check_model
-from .retrieval.hybrid import Searcher, SearchOptions
+from .retrieval.hybrid import Searcher, SearchOptions, items_in, merge_hits
 from .retrieval.keyword import query_terms, word_set
+from .retrieval.rerank import rerank
 from .store.base import Store, TurnQuery
 from .types import (
     CATEGORIES,
@@ -47,13 +48,18 @@ from .validation import (
     merge_metadata,
 )
 
-__all__ = ["Memory", "UserMemory", "default_path"]
+__all__ = ["TIME_MODES", "Memory", "TimeMode", "UserMemory", "default_path"]
 
 log = logging.getLogger("ledgermem")
 
 DEDUP_OVERLAP = 0.8
 RECALL_BOOST = 0.02
 _UNSET: Any = object()
+
+TimeMode = Literal["boost", "filter", "off"]
+TIME_MODES: tuple[TimeMode, ...] = ("boost", "filter", "off")
+"""What a search does with a time expression in its query ("last week", "in May 2023"):
+rank the rows inside the window it names higher, keep only those rows, or ignore it."""
 
 
 def default_path() -> Path:
@@ -624,11 +630,18 @@ class UserMemory:
         include_superseded: bool = False,
         touch: bool = True,
         as_of: str | datetime | None = None,
+        time_mode: TimeMode | None = None,
     ) -> list[Hit]:
         """Find knowledge by keywords and meaning, best first.
 
         Filters apply before ranking. Each hit's ``why`` says how it ranked. Every item
         returned gains +0.02 confidence and a use (``touch=False`` to only look).
+
+        A time expression in the query ("last week", "in May 2023", "3 days ago") is
+        resolved against the clock (or ``as_of``) into a window; items that became true
+        inside it rank higher (``time_mode="boost"``), or are the only ones returned
+        (``"filter"``), or it is read as words (``"off"``). ``None``: as the Memory's
+        ``SearchOptions`` say (``time_weight``, ``time_filter``).
 
         With ``as_of``, search what was known and true at that time, replayed from the
         ledger (``valid_from <= as_of < valid_to``), ranked by shared words; nothing is
@@ -641,26 +654,95 @@ class UserMemory:
             sensitive=sensitive, time_from=self._when(time_from), time_to=self._when(time_to),
             include_superseded=include_superseded,
         )
-        limit = self._memory.searcher.options.limit if top_k is None else check_limit(top_k)
+        searcher = self._searcher(time_mode)
+        limit = searcher.options.limit if top_k is None else check_limit(top_k)
         if as_of is not None:
-            return self._search_as_of(query, filters, limit, as_of)
-        hits = self._memory.searcher.search_items(self.user_id, query, filters, limit,
-                                                  now=self._memory.clock())
-        if touch and hits:
-            self._store.append([self._event(
-                "memory.recalled", {"ids": [h.id for h in hits], "boost": RECALL_BOOST})])
+            return self._search_as_of(query, filters, limit, as_of, searcher)
+        hits = searcher.search_items(self.user_id, query, filters, limit,
+                                     now=self._memory.clock())
+        if touch:
+            self._recalled(hits)
         return hits
 
     recall = search
 
     def _search_as_of(self, query: str, filters: ItemQuery, limit: int,
-                      as_of: str | datetime) -> list[Hit]:
+                      as_of: str | datetime, searcher: Searcher) -> list[Hit]:
         moment, items = self._known_at(as_of)
+        window = searcher.time_window(query, datetime.fromisoformat(moment))
+        if window is not None and searcher.options.time_filter:
+            filters = items_in(filters, window)
         pool = [item for item in items.values() if matches(item, filters)
                 and (filters.include_superseded or valid_at(item, moment))]
-        return [Hit(score=share, item=item, why={"as_of_overlap": round(share, 6),
-                                                 "score": round(share, 6)})
-                for item, share in rank_by_overlap(pool, query, limit)]
+        options = searcher.options
+        if options.reranker is None:
+            return rank_as_of(pool, query, window, options, limit)
+        hits = rank_as_of(pool, query, window, options, max(limit, options.rerank_depth))
+        return rerank(options.reranker, query, hits, options.rerank_depth)[:limit]
+
+    def search_all(
+        self,
+        query: str,
+        *,
+        top_k: int | None = None,
+        category: str | None = None,
+        context: str | None = None,
+        entity: str | None = None,
+        session_id: str | None = None,
+        time_from: str | datetime | None = None,
+        time_to: str | datetime | None = None,
+        time_mode: TimeMode | None = None,
+        touch: bool = True,
+    ) -> list[Hit]:
+        """Search knowledge and past conversations at once: one list, best first.
+
+        Each hit holds an ``item`` or a ``turn``; ``why`` has ``knowledge_rank`` or
+        ``conversation_rank``, its rank in its own pipeline. The two pipelines run as
+        ``search`` and ``search_conversations`` do, and their hits are merged by score
+        (each normalised to its own best, times salience; knowledge first on ties). A
+        reranker, if configured, then reorders the merged list, where it sees both kinds
+        together. ``category``, ``context`` and ``entity`` filter knowledge,
+        ``session_id`` conversations; ``time_from`` / ``time_to`` both (an item's
+        ``created_at``, a turn's ``ts``). Items returned are touched as by ``search``.
+        """
+        if category is not None:
+            check_choice("category", category, CATEGORIES)
+        searcher = self._searcher(time_mode)
+        options = searcher.options
+        limit = options.limit if top_k is None else check_limit(top_k)
+        depth = limit if options.reranker is None else max(limit, options.rerank_depth)
+        plain = searcher if options.reranker is None else searcher.with_options(reranker=None)
+        now = self._memory.clock()
+        since, until = self._when(time_from), self._when(time_to)
+        items = plain.search_items(self.user_id, query, ItemQuery(
+            category=category, context=context, entity=clean_entity(entity),
+            time_from=since, time_to=until), depth, now=now)
+        turns = plain.search_turns(self.user_id, query, TurnQuery(
+            session_id=session_id, time_from=since, time_to=until), depth, now=now)
+        hits = merge_hits(items, turns)
+        if options.reranker is not None:
+            hits = rerank(options.reranker, query, hits, options.rerank_depth)
+        hits = hits[:limit]
+        if touch:
+            self._recalled([hit for hit in hits if hit.item is not None])
+        return hits
+
+    def _searcher(self, time_mode: TimeMode | None) -> Searcher:
+        searcher = self._memory.searcher
+        if time_mode is None:
+            return searcher
+        check_choice("time_mode", time_mode, TIME_MODES)
+        if time_mode == "off":
+            return searcher.with_options(time_weight=0.0, time_filter=False)
+        if time_mode == "filter":
+            return searcher.with_options(time_filter=True)
+        weight = searcher.options.time_weight or SearchOptions.time_weight
+        return searcher.with_options(time_weight=weight, time_filter=False)
+
+    def _recalled(self, hits: Sequence[Hit]) -> None:
+        if hits:
+            self._store.append([self._event(
+                "memory.recalled", {"ids": [h.id for h in hits], "boost": RECALL_BOOST})])
 
     def by_category(self, category: str, *, limit: int | None = None) -> list[Item]:
         """Active items of one category, most recently updated first."""
@@ -796,16 +878,21 @@ class UserMemory:
         time_to: str | datetime | None = None,
         session_id: str | None = None,
         limit: int = 10,
+        time_mode: TimeMode | None = None,
     ) -> list[Hit]:
-        """Find past turns by keywords and meaning and/or a time range."""
+        """Find past turns by keywords and meaning and/or a time range.
+
+        A time expression in the query ("yesterday", "last week") boosts or filters the
+        turns inside the window it names, as ``search``'s ``time_mode`` says.
+        """
         filters = TurnQuery(session_id=session_id, time_from=self._when(time_from),
                             time_to=self._when(time_to))
         limit = check_limit(limit)
         if query is None or not query.strip():
             turns = self._store.query_turns(self.user_id, filters, descending=True, limit=limit)
             return [Hit(score=1.0, turn=t, why={"time_only": 1.0}) for t in turns]
-        return self._memory.searcher.search_turns(self.user_id, query, filters, limit,
-                                                  now=self._memory.clock())
+        return self._searcher(time_mode).search_turns(self.user_id, query, filters, limit,
+                                                      now=self._memory.clock())
 
     def recent_conversations(self, limit: int = 20) -> list[Turn]:
         """The latest turns across sessions, newest first."""

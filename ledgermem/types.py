@@ -136,7 +136,11 @@ class Hit:
 
     ``why`` holds ``keyword_rank`` / ``vector_rank`` (1-based, absent when that
     retriever did not return it), their raw scores, the fused ``rrf`` score and the
-    final ``score`` after salience.
+    final ``score`` after salience. When the query named a time ("last week"),
+    ``time_window_start`` / ``time_window_end`` give the window in POSIX seconds and
+    ``time_rank`` the hit's rank among the rows inside it; a reranker adds
+    ``rerank_rank`` and ``pre_rerank_score``; ``search_all`` adds ``knowledge_rank`` or
+    ``conversation_rank``.
     """
 
     score: float
@@ -161,7 +165,12 @@ class Hit:
 
 @dataclass(frozen=True)
 class ItemQuery:
-    """Filters shared by listing and searching knowledge. ``None`` means any."""
+    """Filters shared by listing and searching knowledge. ``None`` means any.
+
+    ``time_from`` / ``time_to`` bound when an item was written (``created_at``);
+    ``valid_from_min`` / ``valid_from_max`` bound when it became true (``valid_from``, or
+    ``created_at`` for an item without one). All four bounds are inclusive.
+    """
 
     category: str | None = None
     context: str | None = None
@@ -173,3 +182,5 @@ class ItemQuery:
     include_superseded: bool = False
     ids: tuple[str, ...] | None = None
     content: str | None = None
+    valid_from_min: str | None = None
+    valid_from_max: str | None = None

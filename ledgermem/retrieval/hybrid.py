@@ -6,18 +6,22 @@ fusion → salience → top k. Filters are applied by the store, before ranking.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
-from ..store.base import Store, TurnQuery
+from ..errors import InvalidInput
+from ..store.base import MatchMode, Store, TurnQuery
 from ..types import Hit, Item, ItemQuery, Turn
 from .fusion import rrf
-from .keyword import query_terms
+from .keyword import STOPWORDS, query_terms
+from .rerank import Reranker, rerank
 from .salience import CATEGORY_IMPORTANCE, SalienceWeights, salience
+from .when import TimeWindow, find_time_window
 
-__all__ = ["SearchOptions", "Searcher"]
+__all__ = ["SearchOptions", "Searcher", "item_time", "items_in", "keyword_text", "merge_hits",
+           "turns_in", "window_why"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,13 @@ class SearchOptions:
         keyword_weight / vector_weight: each retriever's weight in fusion.
         salience: recency / importance / confidence weights.
         mode: ``hybrid`` (both retrievers), ``keyword`` or ``vector`` only.
+        time_weight: weight in fusion of the rows whose time falls in the window the
+            query names ("last week", "in May 2023"; see ``retrieval.when``): a turn's
+            ``ts``, an item's ``valid_from`` (else ``created_at``). 0 turns it off.
+        time_filter: keep only the rows inside that window instead of boosting them.
+        reranker: reorders the best ``rerank_depth`` fused hits before the cut to
+            ``top_k`` (see ``retrieval.rerank``); None keeps the fused order.
+        rerank_depth: how many hits the reranker sees.
     """
 
     limit: int = 5
@@ -42,6 +53,19 @@ class SearchOptions:
     mode: Literal["hybrid", "keyword", "vector"] = "hybrid"
     expansion_weight: float = 0.5
     """Weight in fusion of turns found through the items extracted from them."""
+    time_weight: float = 0.3
+    time_filter: bool = False
+    reranker: Reranker | None = None
+    rerank_depth: int = 20
+
+    def __post_init__(self) -> None:
+        if not self.time_weight >= 0:
+            raise InvalidInput(f"time_weight must be ≥ 0, not {self.time_weight!r}")
+        if not isinstance(self.rerank_depth, int) or self.rerank_depth < 1:
+            raise InvalidInput(f"rerank_depth must be a positive integer, not "
+                               f"{self.rerank_depth!r}")
+        if self.reranker is not None and not callable(self.reranker):
+            raise InvalidInput("reranker must be callable as reranker(query, hits)")
 
 
 class Searcher:
@@ -51,6 +75,18 @@ class Searcher:
         self.store = store
         self.embedder = embedder
         self.options = options
+
+    def with_options(self, **changes: Any) -> Searcher:
+        """A searcher over the same store and embedder with some options changed."""
+        return Searcher(self.store, embedder=self.embedder,
+                        options=replace(self.options, **changes))
+
+    def time_window(self, query: str, now: datetime) -> TimeWindow | None:
+        """The window ``query`` names, resolved against ``now``, when time-aware search
+        is on (``time_weight`` > 0 or ``time_filter``)."""
+        if self.options.time_weight <= 0 and not self.options.time_filter:
+            return None
+        return find_time_window(_clean(query), now)
 
     def _retrieve(self, query: str, pool: int, keyword: Any, vector: Any
                   ) -> dict[str, list[tuple[str, float]]]:
@@ -88,26 +124,43 @@ class Searcher:
     ) -> list[Hit]:
         """Knowledge hits for ``query``, best first."""
         pool = max(self.options.candidates, limit)
+        query = _clean(query)
+        window = self.time_window(query, now)
+        if window is not None and self.options.time_filter:
+            filters = items_in(filters, window)
+        text = keyword_text(query, window)
         ranked = self._retrieve(
             query, pool,
-            lambda t, mode, n: self.store.keyword_search_items(user_id, t, mode, filters, n),
+            _without_time(text, window, lambda t, mode, n: self.store.keyword_search_items(
+                user_id, t, mode, filters, n)),
             lambda v, n: self.store.vector_search_items(user_id, v, filters, n),
         )
-        fused, why = self._fuse(ranked)
-        if not fused:
-            return []
-        items, _ = self.store.query_items(user_id, ItemQuery(
-            ids=tuple(fused), include_superseded=True))
-        return self._rank(
-            fused, why, {i.id: i for i in items}, limit, now,
-            lambda item: (item.updated_at, _importance(item), item.confidence),
-        )
+        if window is not None and (not self.options.time_filter or not text):
+            inside = items_in(filters, window)
+            ranked["in_window"] = self._in_window(
+                text, pool,
+                lambda t, mode, n: self.store.keyword_search_items(user_id, t, mode, inside, n),
+                lambda n: [(i.id, 0.0) for i in self.store.query_items(user_id, inside,
+                                                                         limit=n)[0]])
+        return self._finish(
+            query, ranked, window, limit, now,
+            lambda ids: {i.id: i for i in self.store.query_items(
+                user_id, ItemQuery(ids=ids, include_superseded=True))[0]},
+            lambda item: (item.updated_at, _importance(item), item.confidence), item_time)
 
     def search_turns(
         self, user_id: str, query: str, filters: TurnQuery, limit: int, *, now: datetime
     ) -> list[Hit]:
         """Conversation hits for ``query``, best first."""
         pool = max(self.options.candidates, limit)
+        query = _clean(query)
+        window = self.time_window(query, now)
+        if window is not None and self.options.time_filter:
+            filters = turns_in(filters, window)
+        # Unlike items, turns keep the time expression's words in keyword matching: a
+        # turn's day is indexed in words ("8 May 2023 Monday"), and people say "last
+        # summer" about last summer (measured on LoCoMo: docs/retrieval.md).
+        text = keyword_text(query, window)
         ranked = self._retrieve(
             query, pool,
             lambda t, mode, n: self.store.keyword_search_turns(user_id, t, mode, filters, n),
@@ -115,12 +168,61 @@ class Searcher:
         )
         if expansion := self._turns_via_items(user_id, query, filters, pool):
             ranked["items"] = expansion
+        if window is not None and (not self.options.time_filter or not text):
+            inside = turns_in(filters, window)
+            ranked["in_window"] = self._in_window(
+                text, pool,
+                lambda t, mode, n: self.store.keyword_search_turns(user_id, t, mode, inside, n),
+                lambda n: [(t.id, 0.0) for t in self.store.query_turns(
+                    user_id, inside, descending=True, limit=n)])
+        return self._finish(
+            query, ranked, window, limit, now,
+            lambda ids: {t.id: t for t in self.store.query_turns(user_id, TurnQuery(ids=ids))},
+            lambda turn: (turn.ts, 0.5, 1.0), lambda turn: turn.ts)
+
+    def _in_window(self, text: str, pool: int, search: Any,
+                   listing: Callable[[int], list[tuple[str, float]]]
+                   ) -> list[tuple[str, float]]:
+        """Keyword hits among the rows inside the window, or, when the query has no words
+        but its time expression, those rows newest first."""
+        terms = query_terms(text)
+        if not terms:
+            return listing(pool)
+        return self._keyword(terms, search(terms, "and", pool), search, pool)
+
+    def _finish(self, query: str, ranked: dict[str, list[tuple[str, float]]],
+                window: TimeWindow | None, limit: int, now: datetime,
+                load: Callable[[tuple[str, ...]], dict[str, Any]], signals: Any,
+                moment: Callable[[Any], str]) -> list[Hit]:
+        """Fuse, add the time ranking, weigh by salience, rerank, cut to ``limit``.
+
+        The time ranking holds the rows inside the window that match the query's other
+        words (``in_window``: keyword hits searched inside the window) or its meaning
+        (vector candidates), in fused order. Rows that are candidates only through the
+        time expression's own words get no second vote from it."""
+        extra = ranked.pop("in_window", None)
         fused, why = self._fuse(ranked)
+        order = sorted(fused, key=lambda doc: (-fused[doc], doc))
+        order += [doc for doc, _ in extra or [] if doc not in fused]
+        if not order:
+            return []
+        rows = load(tuple(order))
+        if window is not None:
+            if extra is not None:
+                relevant = {doc for doc, _ in [*extra, *ranked.get("vector", [])]}
+                inside = [doc for doc in order if doc in relevant and doc in rows
+                          and window.contains(moment(rows[doc]))]
+                fused, why = self._fuse(ranked, ranks_only={"time": inside})
+            for reasons in why.values():
+                reasons.update(window_why(window))
         if not fused:
             return []
-        turns = self.store.query_turns(user_id, TurnQuery(ids=tuple(fused)))
-        return self._rank(fused, why, {t.id: t for t in turns}, limit, now,
-                          lambda turn: (turn.ts, 0.5, 1.0))
+        reranker = self.options.reranker
+        depth = max(limit, self.options.rerank_depth) if reranker is not None else limit
+        hits = self._rank(fused, why, rows, depth, now, signals)
+        if reranker is not None:
+            hits = rerank(reranker, query, hits, self.options.rerank_depth)
+        return hits[:limit]
 
     def _turns_via_items(self, user_id: str, query: str, filters: TurnQuery, pool: int
                          ) -> list[tuple[str, float]]:
@@ -149,18 +251,25 @@ class Searcher:
         kept = {t.id for t in self.store.query_turns(user_id, replace(filters, ids=tuple(found)))}
         return [(turn_id, score) for turn_id, score in found.items() if turn_id in kept][:pool]
 
-    def _fuse(self, ranked: Mapping[str, Sequence[tuple[str, float]]]
+    def _fuse(self, ranked: Mapping[str, Sequence[tuple[str, float]]],
+              ranks_only: Mapping[str, Sequence[str]] | None = None,
               ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+        """RRF over the ranked lists and over ``ranks_only`` (lists without scores)."""
         weights = {"keyword": self.options.keyword_weight, "vector": self.options.vector_weight,
                    "all_terms": self.options.keyword_weight / 2,
-                   "items": self.options.expansion_weight}
-        fused = rrf({name: [d for d, _ in hits] for name, hits in ranked.items()},
-                    k=self.options.rrf_k, weights=weights)
+                   "items": self.options.expansion_weight,
+                   # A hard filter's listing ("what did I say yesterday") still needs a vote.
+                   "time": self.options.time_weight or 1.0}
+        lists = {name: [d for d, _ in hits] for name, hits in ranked.items()}
+        fused = rrf({**lists, **(ranks_only or {})}, k=self.options.rrf_k, weights=weights)
         why: dict[str, dict[str, float]] = {doc: {} for doc in fused}
         for name, hits in ranked.items():
             for rank, (doc_id, score) in enumerate(hits, start=1):
                 why[doc_id][f"{name}_rank"] = rank
                 why[doc_id][f"{name}_score"] = round(score, 6)
+        for name, ids in (ranks_only or {}).items():
+            for rank, doc_id in enumerate(ids, start=1):
+                why[doc_id][f"{name}_rank"] = rank
         return fused, why
 
     def _rank(self, fused: dict[str, float], why: dict[str, dict[str, float]],
@@ -183,6 +292,99 @@ class Searcher:
                 hits.append(Hit(score=final, turn=row, why=reasons))
         hits.sort(key=lambda h: (-h.score, h.id))
         return hits[:limit]
+
+
+def merge_hits(knowledge: Sequence[Hit], conversations: Sequence[Hit]) -> list[Hit]:
+    """One ranking of knowledge and conversation hits, by score, knowledge first on ties.
+
+    Each pipeline's score is its fused relevance normalised by that search's best
+    candidate, times salience, so the best of each list is near 1 and a list whose
+    second hit is almost as good as its first keeps it ahead of the other's weak second.
+    Each hit keeps its score; ``why`` gains ``knowledge_rank`` or ``conversation_rank``
+    (its rank in its own list), which also says where it came from.
+    """
+    ranked = [(hit, 0, rank) for rank, hit in enumerate(knowledge, start=1)]
+    ranked += [(hit, 1, rank) for rank, hit in enumerate(conversations, start=1)]
+    ranked.sort(key=lambda entry: (-entry[0].score, entry[1], entry[2]))
+    return [replace(hit, why={**hit.why, ("conversation_rank" if source else "knowledge_rank"):
+                                   float(rank)})
+            for hit, source, rank in ranked]
+
+
+def _clean(text: str) -> str:
+    """What no store or model can take (lone surrogates, NUL) is dropped, not raised."""
+    return text.encode("utf-8", "ignore").decode("utf-8").replace("\x00", " ")
+
+
+_FILLER = frozenset(
+    """happen happened happening happens talk talked talking discuss discussed say said
+    mention mentioned anything something everything""".split())
+"""Words that, around a time expression, ask what is in that time rather than about
+something ("what happened yesterday?", "what did we talk about last week?")."""
+
+
+def keyword_text(query: str, window: TimeWindow | None) -> str:
+    """What keyword matching reads: the query without its time expression, so "in May
+    2023" does not outvote the words that say what happened. "" when nothing but
+    stopwords and ``_FILLER`` is left: the time ranking then lists the window's rows."""
+    if window is None:
+        return query
+    rest = window.rest
+    return rest if any(t not in STOPWORDS | _FILLER for t in query_terms(rest)) else ""
+
+
+KeywordSearch = Callable[[list[str], MatchMode, int], list[tuple[str, float]]]
+
+
+def _without_time(text: str, window: TimeWindow | None, search: KeywordSearch
+                  ) -> KeywordSearch:
+    """``search`` reading only the terms of ``text`` (the query without its time
+    expression), so "yesterday" or "May 2023" cannot outrank what the query is about
+    (the vector query keeps them: a model reads them as context, not as matches)."""
+    if window is None:
+        return search
+    kept = set(query_terms(text))
+
+    def run(terms: list[str], mode: MatchMode, limit: int) -> list[tuple[str, float]]:
+        return search([t for t in terms if t in kept], mode, limit)
+
+    return run
+
+
+def item_time(item: Item) -> str:
+    """When an item's fact happened, for time-aware search: ``valid_from``, else
+    ``created_at``."""
+    return item.valid_from or item.created_at
+
+
+def items_in(filters: ItemQuery, window: TimeWindow) -> ItemQuery:
+    """``filters`` narrowed to items whose time (``item_time``) is inside ``window``."""
+    low, high = _narrow(filters.valid_from_min, filters.valid_from_max, window)
+    return replace(filters, valid_from_min=low, valid_from_max=high)
+
+
+def turns_in(filters: TurnQuery, window: TimeWindow) -> TurnQuery:
+    """``filters`` narrowed to turns whose ``ts`` is inside ``window``."""
+    low, high = _narrow(filters.time_from, filters.time_to, window)
+    return replace(filters, time_from=low, time_to=high)
+
+
+def _narrow(low: str | None, high: str | None, window: TimeWindow
+            ) -> tuple[str | None, str | None]:
+    lows = [b for b in (low, window.time_from) if b is not None]
+    highs = [b for b in (high, window.time_to) if b is not None]
+    return max(lows, default=None), min(highs, default=None)
+
+
+def window_why(window: TimeWindow) -> dict[str, float]:
+    """The window as ``why`` entries: ``time_window_start`` / ``time_window_end`` in
+    POSIX seconds (a side left open has none)."""
+    why = {}
+    if window.start is not None:
+        why["time_window_start"] = window.start.timestamp()
+    if window.end is not None:
+        why["time_window_end"] = window.end.timestamp()
+    return why
 
 
 def _importance(item: Item) -> float:

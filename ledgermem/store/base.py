@@ -95,7 +95,12 @@ class Store(Protocol):
     def keyword_search_items(
         self, user_id: str, terms: Sequence[str], mode: MatchMode, query: ItemQuery, limit: int
     ) -> list[tuple[str, float]]:
-        """Full-text search over knowledge content and entity."""
+        """Full-text search over knowledge content and entity, best first.
+
+        ``and``: the rows holding every term, by BM25. ``or``: the rows holding some
+        term: by BM25 over the terms that are not common (``sql.COMMON_TERM_SHARE``),
+        then the newest rows holding a common term (score 0).
+        """
 
     def due_items(self, user_id: str, until: str) -> list[Item]:
         """Active items with ``due_at`` at or before ``until``."""
@@ -110,7 +115,8 @@ class Store(Protocol):
     def keyword_search_turns(
         self, user_id: str, terms: Sequence[str], mode: MatchMode, query: TurnQuery, limit: int
     ) -> list[tuple[str, float]]:
-        """Full-text search over turn content and speaker name."""
+        """Full-text search over turns (content, speaker, neighbours, day in words);
+        modes as ``keyword_search_items``."""
 
     def sessions(self, user_id: str) -> list[dict[str, Any]]:
         """One row per session: id, turns, first and last timestamps."""

@@ -55,6 +55,18 @@ CONTEXT_TURNS = 2
 NEIGHBOUR_SMOOTHING = 0.5
 """Vector search scores a turn as cosine + this × its best neighbour's cosine: an
 answer often sits in the turn next to the one that matches the question."""
+COMMON_TERM_MIN_ROWS = 1_000
+COMMON_TERM_SHARE = 0.01
+"""A keyword held by more rows than both of these (a count, a share of the rows) is
+*common*. Rows that hold only common keywords are not BM25-ranked by an ``or`` search,
+which would score every one of them (tens of thousands in a large scope), but come
+after the rows holding a rarer keyword, newest first. Their BM25 weight is small
+anyway (a term in 1% of rows has an idf of 4.6, one in 0.01% of 9.2)."""
+
+
+def common_term_rows(rows: int) -> int:
+    """Rows a keyword may be in before it counts as common, in a corpus of ``rows``."""
+    return max(COMMON_TERM_MIN_ROWS, int(COMMON_TERM_SHARE * rows))
 
 
 def spoken_day(timestamp: str) -> str:
@@ -132,6 +144,12 @@ def item_where_sql(user_id: str, query: ItemQuery, prefix: str = "", *,
     if query.time_to is not None:
         clauses.append(f"{p}created_at <= ?")
         params.append(query.time_to)
+    if query.valid_from_min is not None:
+        clauses.append(f"coalesce({p}valid_from, {p}created_at) >= ?")
+        params.append(query.valid_from_min)
+    if query.valid_from_max is not None:
+        clauses.append(f"coalesce({p}valid_from, {p}created_at) <= ?")
+        params.append(query.valid_from_max)
     if query.ids is not None:
         clauses.append(f"{p}id IN ({_marks(len(query.ids)) or 'NULL'})")
         params.extend(query.ids)

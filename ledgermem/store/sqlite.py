@@ -29,6 +29,7 @@ from .sql import (
     NEIGHBOUR_SMOOTHING,
     Run,
     SQLStore,
+    common_term_rows,
     embedded_table,
     item_where_sql,
     turn_where_sql,
@@ -211,28 +212,54 @@ class SQLiteStore(SQLStore):
     def keyword_search_items(
         self, user_id: str, terms: Sequence[str], mode: MatchMode, query: Any, limit: int
     ) -> list[tuple[str, float]]:
-        if not terms:
-            return []
-        where, params = item_where_sql(user_id, query, prefix="k.")
-        rows = self._read(
-            "SELECT k.id, -bm25(knowledge_fts) AS score FROM knowledge_fts "
-            "JOIN knowledge AS k ON k.pk = knowledge_fts.rowid "
-            f"WHERE knowledge_fts MATCH ? AND {where} ORDER BY bm25(knowledge_fts) LIMIT ?",
-            [fts_match_sql(terms, mode), *params, limit])
-        return [(r[0], float(r[1])) for r in rows]
+        where, params = item_where_sql(user_id, query, prefix="t.")
+        return self._keyword("knowledge", "bm25(knowledge_fts)", terms, mode, where, params,
+                             limit)
 
     def keyword_search_turns(
         self, user_id: str, terms: Sequence[str], mode: MatchMode, query: TurnQuery, limit: int
     ) -> list[tuple[str, float]]:
+        where, params = turn_where_sql(user_id, query, prefix="t.")
+        return self._keyword("conversations", _TURN_BM25, terms, mode, where, params, limit)
+
+    def _keyword(self, table: Table, bm25: str, terms: Sequence[str], mode: MatchMode,
+                 where: str, params: list[Any], limit: int) -> list[tuple[str, float]]:
+        """Rows with every term (``and``, BM25 order), or with some (``or``): BM25 over
+        the rare terms, then the newest rows holding a common one (``common_terms``)."""
         if not terms:
             return []
-        where, params = turn_where_sql(user_id, query, prefix="c.")
+        fts = f"{table}_fts"
+        if mode == "and" and len(terms) > 1:
+            return self._bm25(fts, table, bm25, terms, "and", where, params, limit)
+        common = self._common_terms(fts, table, terms)
+        rare = [term for term in terms if term not in common]
+        frequent = [term for term in terms if term in common]
+        found = self._bm25(fts, table, bm25, rare, "or", where, params, limit) if rare else []
+        if len(found) < limit and common:
+            seen = {doc_id for doc_id, _ in found}
+            rows = self._read(
+                f"SELECT t.id FROM {fts} JOIN {table} AS t ON t.pk = {fts}.rowid "
+                f"WHERE {fts} MATCH ? AND {where} ORDER BY {fts}.rowid DESC LIMIT ?",
+                [fts_match_sql(frequent, "or"), *params, limit])
+            found += [(r[0], 0.0) for r in rows if r[0] not in seen]
+        return found[:limit]
+
+    def _bm25(self, fts: str, table: str, bm25: str, terms: Sequence[str], mode: MatchMode,
+              where: str, params: list[Any], limit: int) -> list[tuple[str, float]]:
         rows = self._read(
-            f"SELECT c.id, -{_TURN_BM25} AS score FROM conversations_fts "
-            "JOIN conversations AS c ON c.pk = conversations_fts.rowid "
-            f"WHERE conversations_fts MATCH ? AND {where} ORDER BY {_TURN_BM25} LIMIT ?",
+            f"SELECT t.id, -{bm25} AS score FROM {fts} JOIN {table} AS t ON t.pk = {fts}.rowid "
+            f"WHERE {fts} MATCH ? AND {where} ORDER BY {bm25} LIMIT ?",
             [fts_match_sql(terms, mode), *params, limit])
         return [(r[0], float(r[1])) for r in rows]
+
+    def _common_terms(self, fts: str, table: str, terms: Sequence[str]) -> set[str]:
+        """The terms held by more rows than ``common_term_rows`` allows (counted in the
+        whole file, as FTS5's BM25 statistics are), each count stopping at the cut-off."""
+        size = self._read(f"SELECT coalesce(max(pk), 0) FROM {table}")[0][0]
+        cutoff = common_term_rows(int(size))
+        return {term for term in set(terms) if self._read(
+            f"SELECT count(*) FROM (SELECT 1 FROM {fts} WHERE {fts} MATCH ? LIMIT ?)",
+            [fts_match_sql([term], "or"), cutoff + 1])[0][0] > cutoff}
 
     def redact(self, user_id: str, subject_id: str) -> None:
         with self._writing() as run:
