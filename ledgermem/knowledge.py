@@ -1,0 +1,570 @@
+"""Knowledge items of one user: the ``UserKnowledge`` layer of ``UserMemory``.
+
+Writes (``remember``, ``update``, ``forget``…), versions (``revise``, ``invalidate``,
+``restore``) and reads (``get``, ``search``, ``search_all``, ``by_category``,
+``history``…). The shared plumbing is in ``handle.py``; conversations, tool calls,
+observability and housekeeping are in ``user_memory.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from .clock import iso, new_id
+from .errors import InvalidInput, NotFound
+from .handle import TimeMode, UserHandle
+from .pipeline.timeline import MEMORY_KINDS, lineage, matches, rank_as_of, replay, valid_at
+from .retrieval.hybrid import Searcher, items_in, merge_hits
+from .retrieval.keyword import query_terms, word_set
+from .retrieval.rerank import rerank
+from .store.base import TurnQuery
+from .types import CATEGORIES, SOURCES, START_CONFIDENCE, Event, Hit, Item, ItemQuery
+from .validation import (
+    check_choice,
+    check_confidence,
+    check_limit,
+    clean_content,
+    clean_context,
+    clean_entity,
+    json_object,
+    merge_metadata,
+)
+
+__all__ = ["UserKnowledge"]
+
+DEDUP_OVERLAP = 0.8
+RECALL_BOOST = 0.02
+_UNSET: Any = object()
+
+
+class UserKnowledge(UserHandle):
+    """What one user's memory knows: knowledge items, their versions and search.
+
+    The knowledge layer of ``UserMemory``; every call is confined to ``scope.user_id``.
+    """
+
+    # knowledge: writes ------------------------------------------------------------
+    def remember(
+        self,
+        content: str,
+        category: str = "fact",
+        *,
+        domain: str | None = None,
+        source: str = "user",
+        confidence: float | None = None,
+        context: str | None = None,
+        entity: str | None = None,
+        sensitive: bool = False,
+        due_at: str | datetime | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        valid_from: str | datetime | None = None,
+        reason: str | None = None,
+    ) -> Item:
+        """Store a knowledge item verbatim, or refresh a near-duplicate of it.
+
+        An active item of the same category, context and entity whose words overlap
+        this one by more than 80% (Szymkiewicz–Simpson) is updated instead of adding
+        a second copy. Content over 2,000 characters is cut and flagged in metadata.
+        ``valid_from`` is when the fact became true (default: now); ``reason`` is kept
+        in the ledger entry (see ``history``).
+
+        Raises:
+            InvalidInput: empty content, unknown category or source, confidence
+                outside 0–1, a malformed entity or an unreadable ``due_at``.
+        """
+        text, meta = clean_content(content, metadata)
+        check_choice("category", category, CATEGORIES)
+        check_choice("source", source, SOURCES)
+        conf = START_CONFIDENCE[source] if confidence is None else check_confidence(confidence)
+        ctx = clean_context(context or self.scope.context)
+        ent = clean_entity(entity)
+        due = self._when(due_at)
+        now = self._now()
+        with self._store.transaction():
+            twin = self._duplicate_of(text, category, ctx, ent)
+            if twin is not None:
+                changes: dict[str, Any] = {"updated_at": now,
+                                           "confidence": max(twin.confidence, conf)}
+                if text != twin.content:
+                    changes["content"] = text
+                if sensitive and not twin.sensitive:
+                    changes["sensitive"] = True
+                if due is not None:
+                    changes["due_at"] = due
+                merged = merge_metadata(twin.metadata, meta)
+                if merged != twin.metadata:
+                    changes["metadata"] = merged
+                return self._change(twin, changes, reason="dedup", source=source,
+                                    extra={"why": reason} if reason else None)
+            item = Item(
+                id=new_id(), user_id=self.user_id, agent_id=self.scope.agent_id,
+                category=category, content=text, domain=domain, source=source,
+                confidence=conf, context=ctx, entity=ent, sensitive=bool(sensitive),
+                due_at=due, created_at=now, updated_at=now,
+                valid_from=self._when(valid_from) or now, metadata=meta,
+            )
+            payload: dict[str, Any] = {"item": asdict(item)}
+            if reason:
+                payload["reason"] = reason
+            self._store.append([self._event("memory.added", payload, subject_id=item.id,
+                                            ts=now)])
+        self._memory._written()
+        return item
+
+    def _duplicate_of(self, text: str, category: str, context: str, entity: str | None
+                      ) -> Item | None:
+        query = ItemQuery(category=category, context=context, entity=entity)
+        same = self._store.query_items(self.user_id, ItemQuery(content=text,
+                                                               include_superseded=True))[0]
+        for candidate in same:
+            if candidate.active and (candidate.category, candidate.context, candidate.entity
+                                     ) == (category, context, entity):
+                return candidate
+        words = word_set(text)
+        if not words:
+            return None
+        found = self._store.keyword_search_items(self.user_id, _dedup_terms(text), "or", query,
+                                                 50)
+        for item_id, _ in found:
+            item = self._store.get_item(self.user_id, item_id)
+            if item is None or item.entity != entity:
+                continue
+            other = word_set(item.content)
+            if other and len(words & other) / min(len(words), len(other)) > DEDUP_OVERLAP:
+                return item
+        return None
+
+    def _change(self, item: Item, changes: dict[str, Any], *, reason: str,
+                source: str | None = None, kind: str = "memory.updated",
+                extra: Mapping[str, Any] | None = None) -> Item:
+        payload: dict[str, Any] = {"changes": changes, "reason": reason, **(extra or {})}
+        if source:
+            payload["source"] = source
+        if "content" in changes:
+            payload["previous"] = item.content
+        self._store.append([self._event(kind, payload, subject_id=item.id)])
+        if "content" in changes:
+            self._memory._written()
+        return self._require(item.id)
+
+    def update(
+        self,
+        item_id: str,
+        *,
+        content: str = _UNSET,
+        category: str = _UNSET,
+        domain: str | None = _UNSET,
+        confidence: float = _UNSET,
+        context: str = _UNSET,
+        entity: str | None = _UNSET,
+        sensitive: bool = _UNSET,
+        due_at: str | datetime | None = _UNSET,
+        metadata: Mapping[str, Any] = _UNSET,
+    ) -> Item:
+        """Change only the given fields; ``updated_at`` is set, a new content drops the
+        embedding (it is recomputed). Pass ``None`` to clear ``domain``, ``entity`` or
+        ``due_at``."""
+        item = self._require(item_id)
+        changes: dict[str, Any] = {}
+        if content is not _UNSET:
+            changes["content"], meta = clean_content(content, None)
+            meta = merge_metadata(item.metadata, meta)
+            if meta != item.metadata:
+                changes["metadata"] = meta
+        if category is not _UNSET:
+            changes["category"] = check_choice("category", category, CATEGORIES)
+        if domain is not _UNSET:
+            changes["domain"] = domain
+        if confidence is not _UNSET:
+            changes["confidence"] = check_confidence(confidence)
+        if context is not _UNSET:
+            changes["context"] = clean_context(context)
+        if entity is not _UNSET:
+            changes["entity"] = clean_entity(entity)
+        if sensitive is not _UNSET:
+            changes["sensitive"] = bool(sensitive)
+        if due_at is not _UNSET:
+            changes["due_at"] = self._when(due_at)
+            changes["reminded_at"] = None
+        if metadata is not _UNSET:
+            changes["metadata"] = {**changes.get("metadata", item.metadata),
+                                   **json_object(dict(metadata), "metadata")}
+        if not changes:
+            return item
+        changes["updated_at"] = self._now()
+        return self._change(item, changes, reason="update")
+
+    def update_confidence(self, item_id: str, confidence: float) -> Item:
+        """Set confidence, clamped to 0–1."""
+        item = self._require(item_id)
+        if not isinstance(confidence, int | float) or confidence != confidence:
+            raise InvalidInput("confidence must be a number")
+        value = min(1.0, max(0.0, float(confidence)))
+        return self._change(item, {"confidence": value, "updated_at": self._now()},
+                            reason="confidence")
+
+    def mark_reminded(self, item_id: str) -> Item:
+        """Record that the user was reminded of a due item."""
+        item = self._require(item_id)
+        return self._change(item, {"reminded_at": self._now()}, reason="reminded")
+
+    def forget(self, item_id: str) -> None:
+        """Delete an item and blank its text everywhere, the ledger included."""
+        item = self._require(item_id)
+        with self._store.transaction():
+            self._store.append([self._event("memory.deleted", {"id": item.id},
+                                            subject_id=item.id)])
+            self._store.redact(self.user_id, item.id)
+
+    def forget_by_source(self, source: str) -> int:
+        """Forget every item (any state) that came from ``source``; returns how many."""
+        check_choice("source", source, SOURCES)
+        items, _ = self._store.query_items(self.user_id, ItemQuery(source=source,
+                                                                   include_superseded=True))
+        with self._store.transaction():
+            for item in items:
+                self.forget(item.id)
+        return len(items)
+
+    def forget_user(self) -> int:
+        """Erase every trace of this user, the ledger included. Returns events removed."""
+        return self._store.delete_user(self.user_id)
+
+    # knowledge: versions ----------------------------------------------------------
+    def revise(
+        self,
+        item_id: str,
+        content: str,
+        *,
+        category: str | None = None,
+        context: str | None = None,
+        entity: str | None = None,
+        sensitive: bool | None = None,
+        due_at: str | datetime | None = None,
+        source: str = "user",
+        reason: str = "revised",
+        turn_ids: Sequence[str] | None = None,
+        at: str | datetime | None = None,
+    ) -> Item:
+        """Replace an active item by a new version (a new id) that supersedes it.
+
+        The new version takes the given fields and the old one's for the rest. The old
+        one gets ``superseded_by`` and ``valid_to`` (``at``, default now) and stays in
+        ``history``, ``get(..., as_of=…)`` and ``include_superseded`` searches;
+        ``restore`` brings it back. Unlike ``update``, nothing is overwritten.
+        """
+        old = self._require(item_id)
+        if not old.active:
+            raise InvalidInput(f"memory {item_id!r} is not active; restore it first")
+        text, meta = clean_content(content, None)
+        check_choice("source", source, SOURCES)
+        now = self._now()
+        when = max(self._when(at) or now, old.valid_from or "")
+        metadata = {k: v for k, v in old.metadata.items()
+                    if k not in ("turn_ids", "supersedes", "truncated", "original_length")}
+        metadata.update(meta, supersedes=old.id)
+        if turn_ids:
+            metadata["turn_ids"] = list(turn_ids)
+        new = replace(
+            old, id=new_id(), content=text, source=source,
+            category=old.category if category is None else check_choice(
+                "category", category, CATEGORIES),
+            context=old.context if context is None else clean_context(context),
+            entity=old.entity if entity is None else clean_entity(entity),
+            sensitive=old.sensitive if sensitive is None else bool(sensitive),
+            due_at=old.due_at if due_at is None else self._when(due_at),
+            reminded_at=old.reminded_at if due_at is None else None,
+            confidence=max(old.confidence, START_CONFIDENCE[source]), created_at=now,
+            updated_at=now, valid_from=when, valid_to=None, superseded_by=None,
+            last_used_at=None, use_count=0, metadata=metadata,
+        )
+        why = _why(reason, source, turn_ids)
+        self._store.append([
+            self._event("memory.added", {"item": asdict(new), "supersedes": old.id, **why},
+                        subject_id=new.id, ts=now),
+            self._event("memory.superseded", {
+                "changes": {"superseded_by": new.id, "valid_to": when, "updated_at": now},
+                "by": new.id, **why}, subject_id=old.id, ts=now),
+        ])
+        self._memory._written()
+        return new
+
+    def invalidate(
+        self, item_id: str, *, reason: str = "no longer true", source: str | None = None,
+        turn_ids: Sequence[str] | None = None, at: str | datetime | None = None,
+    ) -> Item:
+        """Mark an active item as no longer true: ``valid_to`` is set (``at``, default
+        now) and nothing is erased; ``restore`` brings it back."""
+        item = self._require(item_id)
+        if not item.active:
+            raise InvalidInput(f"memory {item_id!r} is not active")
+        now = self._now()
+        when = max(self._when(at) or now, item.valid_from or "")
+        self._store.append([self._event("memory.invalidated", {
+            "changes": {"valid_to": when, "updated_at": now},
+            **_why(reason, source, turn_ids)}, subject_id=item.id, ts=now)])
+        return self._require(item.id)
+
+    def restore(self, item_id: str, *, reason: str = "restored") -> Item:
+        """Make a superseded or invalidated version active again (undo).
+
+        If newer versions replaced it, the active one of them is invalidated, so one
+        version of the fact is active. Both changes are ledger events (``history``).
+        An item that is already active is returned unchanged.
+        """
+        item = self._require(item_id)
+        if item.active:
+            return item
+        now = self._now()
+        events = [self._event("memory.restored", {
+            "changes": {"valid_to": None, "superseded_by": None, "updated_at": now},
+            "reason": reason, "source": "user"}, subject_id=item.id, ts=now)]
+        successor = self._active_successor(item)
+        if successor is not None:
+            events.append(self._event("memory.invalidated", {
+                "changes": {"valid_to": max(now, successor.valid_from or ""),
+                            "updated_at": now},
+                "reason": f"{reason}: an earlier version is back", "source": "user",
+                "restored": item.id}, subject_id=successor.id, ts=now))
+        self._store.append(events)
+        return self._require(item.id)
+
+    def _active_successor(self, item: Item) -> Item | None:
+        seen, next_id = {item.id}, item.superseded_by
+        while next_id is not None and next_id not in seen:
+            seen.add(next_id)
+            found = self._store.get_item(self.user_id, next_id)
+            if found is None or found.active:
+                return found
+            next_id = found.superseded_by
+        return None
+
+    # knowledge: reads -------------------------------------------------------------
+    def get(self, item_id: str, *, as_of: str | datetime | None = None) -> Item:
+        """One item by id. Raises ``NotFound`` for ids outside this user's memory.
+
+        With ``as_of``, the item as the ledger knew it at that time (its ``valid_to``
+        and ``superseded_by`` say whether it was still true); ``NotFound`` if it was not
+        known yet, or has been forgotten since.
+        """
+        if as_of is None:
+            return self._require(item_id)
+        item = self._known_at(as_of)[1].get(item_id)
+        if item is None:
+            raise NotFound(f"no memory {item_id!r} at {as_of}")
+        return item
+
+    def _known_at(self, as_of: str | datetime) -> tuple[str, dict[str, Item]]:
+        moment = self._when(as_of)
+        assert moment is not None
+        return moment, replay(self._store.events(self.user_id, kinds=MEMORY_KINDS), moment)
+
+    def search(
+        self,
+        query: str,
+        *,
+        category: str | None = None,
+        context: str | None = None,
+        entity: str | None = None,
+        sensitive: bool | None = None,
+        top_k: int | None = None,
+        time_from: str | datetime | None = None,
+        time_to: str | datetime | None = None,
+        include_superseded: bool = False,
+        touch: bool = True,
+        as_of: str | datetime | None = None,
+        time_mode: TimeMode | None = None,
+    ) -> list[Hit]:
+        """Find knowledge by keywords and meaning, best first.
+
+        Filters apply before ranking. Each hit's ``why`` says how it ranked. Every item
+        returned gains +0.02 confidence and a use (``touch=False`` to only look).
+
+        A time expression in the query ("last week", "in May 2023", "3 days ago") is
+        resolved against the clock (or ``as_of``) into a window; items that became true
+        inside it rank higher (``time_mode="boost"``), or are the only ones returned
+        (``"filter"``), or it is read as words (``"off"``). ``None``: as the Memory's
+        ``SearchOptions`` say (``time_weight``, ``time_filter``).
+
+        With ``as_of``, search what was known and true at that time, replayed from the
+        ledger (``valid_from <= as_of < valid_to``), ranked by shared words; nothing is
+        touched.
+        """
+        if category is not None:
+            check_choice("category", category, CATEGORIES)
+        filters = ItemQuery(
+            category=category, context=context, entity=clean_entity(entity),
+            sensitive=sensitive, time_from=self._when(time_from), time_to=self._when(time_to),
+            include_superseded=include_superseded,
+        )
+        searcher = self._searcher(time_mode)
+        limit = searcher.options.limit if top_k is None else check_limit(top_k)
+        if as_of is not None:
+            return self._search_as_of(query, filters, limit, as_of, searcher)
+        hits = searcher.search_items(self.user_id, query, filters, limit,
+                                     now=self._memory.clock())
+        if touch:
+            self._recalled(hits)
+        return hits
+
+    recall = search
+
+    def _search_as_of(self, query: str, filters: ItemQuery, limit: int,
+                      as_of: str | datetime, searcher: Searcher) -> list[Hit]:
+        moment, items = self._known_at(as_of)
+        window = searcher.time_window(query, datetime.fromisoformat(moment))
+        if window is not None and searcher.options.time_filter:
+            filters = items_in(filters, window)
+        pool = [item for item in items.values() if matches(item, filters)
+                and (filters.include_superseded or valid_at(item, moment))]
+        options = searcher.options
+        if options.reranker is None:
+            return rank_as_of(pool, query, window, options, limit)
+        hits = rank_as_of(pool, query, window, options, max(limit, options.rerank_depth))
+        return rerank(options.reranker, query, hits, options.rerank_depth)[:limit]
+
+    def search_all(
+        self,
+        query: str,
+        *,
+        top_k: int | None = None,
+        category: str | None = None,
+        context: str | None = None,
+        entity: str | None = None,
+        session_id: str | None = None,
+        time_from: str | datetime | None = None,
+        time_to: str | datetime | None = None,
+        time_mode: TimeMode | None = None,
+        touch: bool = True,
+    ) -> list[Hit]:
+        """Search knowledge and past conversations at once: one list, best first.
+
+        Each hit holds an ``item`` or a ``turn``; ``why`` has ``knowledge_rank`` or
+        ``conversation_rank``, its rank in its own pipeline. The two pipelines run as
+        ``search`` and ``search_conversations`` do, and their hits are merged by score
+        (each normalised to its own best, times salience; knowledge first on ties). A
+        reranker, if configured, then reorders the merged list, where it sees both kinds
+        together. ``category``, ``context`` and ``entity`` filter knowledge,
+        ``session_id`` conversations; ``time_from`` / ``time_to`` both (an item's
+        ``created_at``, a turn's ``ts``). Items returned are touched as by ``search``.
+        """
+        if category is not None:
+            check_choice("category", category, CATEGORIES)
+        searcher = self._searcher(time_mode)
+        options = searcher.options
+        limit = options.limit if top_k is None else check_limit(top_k)
+        depth = limit if options.reranker is None else max(limit, options.rerank_depth)
+        plain = searcher if options.reranker is None else searcher.with_options(reranker=None)
+        now = self._memory.clock()
+        since, until = self._when(time_from), self._when(time_to)
+        items = plain.search_items(self.user_id, query, ItemQuery(
+            category=category, context=context, entity=clean_entity(entity),
+            time_from=since, time_to=until), depth, now=now)
+        turns = plain.search_turns(self.user_id, query, TurnQuery(
+            session_id=session_id, time_from=since, time_to=until), depth, now=now)
+        hits = merge_hits(items, turns)
+        if options.reranker is not None:
+            hits = rerank(options.reranker, query, hits, options.rerank_depth)
+        hits = hits[:limit]
+        if touch:
+            self._recalled([hit for hit in hits if hit.item is not None])
+        return hits
+
+    def _recalled(self, hits: Sequence[Hit]) -> None:
+        if hits:
+            self._store.append([self._event(
+                "memory.recalled", {"ids": [h.id for h in hits], "boost": RECALL_BOOST})])
+
+    def by_category(self, category: str, *, limit: int | None = None) -> list[Item]:
+        """Active items of one category, most recently updated first."""
+        check_choice("category", category, CATEGORIES)
+        return self._store.query_items(self.user_id, ItemQuery(category=category),
+                                       limit=limit)[0]
+
+    def by_entity(self, entity: str, *, limit: int | None = None) -> list[Item]:
+        """Active items linked to an entity (``type:name``)."""
+        return self._store.query_items(self.user_id, ItemQuery(entity=clean_entity(entity)),
+                                       limit=limit)[0]
+
+    def upcoming(self, days: float = 7) -> list[Item]:
+        """Items due within ``days`` or overdue, not yet reminded (or reminded before
+        their due date passed)."""
+        now = self._memory.clock()
+        horizon = iso(now + timedelta(days=days))
+        now_text = iso(now)
+        return [
+            item for item in self._store.due_items(self.user_id, horizon)
+            if item.reminded_at is None
+            or (item.due_at is not None and item.reminded_at < item.due_at <= now_text)
+        ]
+
+    def history(self, item_id: str) -> list[Event]:
+        """Every ledger entry about an item and the versions it replaced or was
+        replaced by (its lineage), oldest first, including after forgetting. Each
+        entry's payload says what changed, ``source`` (who or what: user, llm_extract,
+        reconcile…), ``turn_ids`` (the turns it came from) and ``reason`` (why)."""
+        by_item = lineage(self._store, self.user_id, item_id)
+        if not by_item.get(item_id):
+            raise NotFound(f"no memory {item_id!r}")
+        if len(by_item) == 1:
+            return by_item[item_id]
+        return sorted((e for events in by_item.values() for e in events),
+                      key=lambda e: (e.ts, e.id))
+
+    def all_knowledge(
+        self,
+        *,
+        category: str | None = None,
+        context: str | None = None,
+        entity: str | None = None,
+        sensitive: bool | None = None,
+        source: str | None = None,
+        sort: str = "updated_at",
+        order: str = "desc",
+        offset: int = 0,
+        limit: int | None = 50,
+        include_superseded: bool = False,
+    ) -> dict[str, Any]:
+        """A page of items with the total matching: ``{"items", "total", "offset", "limit"}``."""
+        if order not in ("asc", "desc"):
+            raise InvalidInput("order must be 'asc' or 'desc'")
+        if offset < 0:
+            raise InvalidInput("offset must be ≥ 0")
+        if category is not None:
+            check_choice("category", category, CATEGORIES)
+        if source is not None:
+            check_choice("source", source, SOURCES)
+        query = ItemQuery(category=category, context=context, entity=clean_entity(entity),
+                          sensitive=sensitive, source=source,
+                          include_superseded=include_superseded)
+        try:
+            items, total = self._store.query_items(
+                self.user_id, query, sort=sort, descending=order == "desc", offset=offset,
+                limit=None if limit is None else check_limit(limit))
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from exc
+        return {"items": items, "total": total, "offset": offset, "limit": limit}
+
+
+def _why(reason: str, source: str | None, turn_ids: Sequence[str] | None) -> dict[str, Any]:
+    """Provenance for a ledger entry: why, who or what, and from which turns."""
+    why: dict[str, Any] = {"reason": reason}
+    if source:
+        why["source"] = source
+    if turn_ids:
+        why["turn_ids"] = list(turn_ids)
+    return why
+
+
+def _dedup_terms(text: str) -> list[str]:
+    """Words a near-duplicate must contain at least one of.
+
+    An item holding more than 80% of this text's words misses fewer than a fifth of
+    them, so it contains one of any ``⌈n/5⌉ + 1`` of them; the longest are chosen, as
+    longer words are rarer and make the keyword query cheap.
+    """
+    terms = sorted(query_terms(text, max_terms=512), key=lambda w: (-len(w), w))
+    return terms[: max(3, len(terms) // 5 + 2)]
