@@ -438,8 +438,11 @@ bench_db_option = click.option(
               show_default=True)
 @click.option("--embedder", default="default", show_default=True)
 @bench_db_option
+@click.option("--store-per-sample", is_flag=True,
+              help="Each sample in a store of its own (a new file, or a new schema of a "
+                   "postgresql:// --db): no BM25 corpus statistics shared between samples.")
 def bench_locomo(obj: Context, data: str, ks: str, mode: str, embedder: str,
-                 db: str | None) -> None:
+                 db: str | None, store_per_sample: bool) -> None:
     """Evidence recall@k on a LoCoMo-format file (categories 1–4)."""
     from pathlib import Path
 
@@ -447,7 +450,8 @@ def bench_locomo(obj: Context, data: str, ks: str, mode: str, embedder: str,
 
     cutoffs = _ks(ks)
     result = run_locomo(Path(data), ks=cutoffs, mode=mode, embedder=embedder,
-                        db=_bench_db(obj, db), quiet=obj.as_json)
+                        db=_bench_db(obj, db), quiet=obj.as_json,
+                        store_per_sample=store_per_sample)
     obj.emit(result, lambda: _print_result(obj, result, [f"recall@{k}" for k in cutoffs]))
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ledgermem import Memory
+from ledgermem import InvalidInput, Memory
 from ledgermem.benchmarks.locomo import run_locomo
 
 SAMPLE = {
@@ -78,3 +78,20 @@ def test_the_cli_runs_in_the_global_db_only_when_given_on_the_command_line(
     done = runner.invoke(main, bench, env={"LEDGERMEM_DB": str(from_env)})
     assert done.exit_code == 0, done.output
     assert not from_env.exists()             # a benchmark never writes into LEDGERMEM_DB
+
+
+def test_each_sample_in_a_store_of_its_own(backend: str, db_url: str, data: Path) -> None:
+    """A new file per sample, or a new schema per sample (dropped after) on PostgreSQL."""
+    db = db_url if backend == "postgres" else None
+    result = run_locomo(data, ks=(1, 5), mode="keyword", db=db, quiet=True,
+                        store_per_sample=True)
+    assert result["recall@5"] == 1.0
+    if backend == "postgres":
+        import psycopg
+
+        with psycopg.connect(db_url) as conn:
+            assert conn.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE "
+                                "'locomo%'").fetchall() == []
+    else:
+        with pytest.raises(InvalidInput):
+            run_locomo(data, mode="keyword", db=db_url, store_per_sample=True)

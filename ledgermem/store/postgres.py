@@ -13,10 +13,10 @@ maintenance methods that work across users (embedding, rebuild) set
 ``ledgermem.all_users`` instead. A statement that ran with neither sees nothing.
 
 Both stores rank alike, so that fusion above them gives the same results: keyword
-search is FTS5's BM25 computed in SQL over generated ``tsvector`` columns (corpus
-statistics per user), vector search an exact cosine ranking (with SQLite's
-neighbour smoothing of turns) until a user's vectors outgrow
-``exact_search_limit``, then pgvector's HNSW index.
+search is FTS5's BM25 computed in SQL over postings derived from generated
+``tsvector`` columns (corpus statistics per user; m0007 says why not the GIN index),
+vector search an exact cosine ranking (with SQLite's neighbour smoothing of turns)
+until a user's vectors outgrow ``exact_search_limit``, then pgvector's HNSW index.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ from .sql import (
     NEIGHBOUR_SMOOTHING,
     Run,
     SQLStore,
+    common_term_rows,
     embedded_table,
     item_where_sql,
     turn_where_sql,
@@ -69,40 +70,48 @@ MIGRATION_LOCK = 0x6C65646765726D
 EXACT_SEARCH_LIMIT = 10_000
 """Up to this many candidate vectors a search is exact; beyond it, HNSW."""
 
-_AND_QUERY = "plainto_tsquery('ledgermem_english', ?)"
-_OR_QUERY = "replace(plainto_tsquery('ledgermem_english', ?)::text, ' & ', ' | ')::tsquery"
 _SET_SCOPE = ("SELECT set_config('ledgermem.user_id', %s, true), "
               "set_config('ledgermem.all_users', %s, true)")
 _EVERY_USER = ("", True)
 _BM25_SQL = """
-WITH words AS MATERIALIZED (
-    SELECT lexeme, quote_literal(lexeme)::tsquery AS query
-    FROM unnest(tsvector_to_array(to_tsvector('ledgermem_english', ?))) AS lexeme
-), idf AS MATERIALIZED (
-    SELECT w.lexeme, greatest(ln((?::float8 - count(*) + 0.5) / (count(*) + 0.5)), 1e-6) AS idf
-    FROM {table} AS t JOIN words AS w ON t.fts @@ w.query
-    WHERE t.user_id = ? AND t.fts @@ {any_query}
-    GROUP BY w.lexeme
-), matched AS MATERIALIZED (
-    SELECT t.pk, t.id, t.doc_len, ts_delete(t.fts, tsvector_to_array(ts_delete(
-        t.fts, (SELECT array_agg(lexeme) FROM words)))) AS fts
-    FROM {table} AS t WHERE t.fts @@ {tsquery} AND {where}
+WITH hits AS MATERIALIZED (
+    SELECT p.lexeme, p.pk, p.freq, p.doc_len, count(*) OVER (PARTITION BY p.lexeme) AS df
+    FROM {table}_terms AS p WHERE p.user_id = ? AND p.lexeme = ANY({lexemes})
+), scored AS MATERIALIZED (
+    SELECT pk, sum(greatest(ln((?::float8 - df + 0.5) / (df + 0.5)), 1e-6) * freq * 2.2
+                   / (freq + 1.2 * (0.25 + 0.75 * doc_len / ?::float8)) ORDER BY lexeme) AS score
+    FROM hits {rarest} GROUP BY pk {having}
 )
-SELECT m.id, sum(i.idf * f.freq * 2.2 / (f.freq + 1.2 * (0.25 + 0.75 * m.doc_len / ?::float8)))
-    AS score
-FROM matched AS m CROSS JOIN LATERAL (
-    SELECT v.lexeme, cardinality(v.weights) - 0.6 * cardinality(array_positions(v.weights, 'B'))
-        AS freq
-    FROM unnest(m.fts) AS v) AS f
-JOIN idf AS i ON i.lexeme = f.lexeme
-GROUP BY m.pk, m.id ORDER BY score DESC, m.pk LIMIT ?
+SELECT t.id, s.score FROM (SELECT pk, score FROM scored ORDER BY score DESC, pk) AS s
+CROSS JOIN LATERAL (SELECT * FROM {table} AS t WHERE t.pk = s.pk OFFSET 0) AS t
+WHERE {where} ORDER BY s.score DESC, s.pk LIMIT ?
 """
-"""FTS5's bm25 (k1 = 1.2, b = 0.75, idf floored at 1e-6): a term's frequency in a row
-counts weight-B positions (a turn's neighbours' text) 0.4, as SQLite weighs that
-column; the row's length is its token count (``doc_len``). A term's document count
-is taken in one pass over the rows holding any query term; a row's tsvector is cut
-down to the query's lexemes (``ts_delete`` of all others) before it is unnested,
-since unnesting every lexeme of every matched row was most of the query's time."""
+"""FTS5's bm25 (k1 = 1.2, b = 0.75, idf floored at 1e-6) over the postings of the
+query's lexemes in ``<table>_terms`` (m0007), read once: a term's document count is
+its number of postings for the user, a row's score the sum over its postings, with the
+term frequency (weight-B positions, a turn's neighbours' text, counting 0.4) and row
+length (``doc_len``, tokens) stored in each posting. AND keeps the rows holding every
+lexeme. The filters are checked on the rows in score order, until ``limit`` pass.
+Each row's terms are summed in one order (by lexeme), so rows with the same terms and
+length score the same to the last bit, whatever the plan, and ``pk`` breaks the tie.
+
+The shape keeps plans sane under stale statistics (a user who just wrote thousands of
+rows may look like a user of one row to the planner): the lexemes are an ``= ANY``
+index condition rather than a join (which a one-row estimate turned into reading all
+the user's postings once per lexeme), and each candidate is fetched by ``pk`` alone in
+a subquery that ``OFFSET 0`` keeps the filters out of (given ``user_id = ?`` and a
+one-row estimate, the planner fetched it by scanning the user's rows instead)."""
+_LEXEMES = "tsvector_to_array(to_tsvector('ledgermem_english', ?))"
+_ALL_WORDS = f"HAVING count(*) = (SELECT cardinality({_LEXEMES}))"  # once, not per row
+_HOLDS_RAREST = "WHERE pk IN (SELECT pk FROM hits WHERE df = (SELECT min(df) FROM hits))"
+"""AND: only rows holding the rarest lexeme can hold them all; the others are not summed."""
+_NEWEST_SQL = """
+SELECT t.id FROM {table} AS t WHERE {where} AND EXISTS (
+    SELECT 1 FROM {table}_terms AS p WHERE p.pk = t.pk AND p.lexeme = ANY(
+        tsvector_to_array(to_tsvector('ledgermem_english', ?))))
+ORDER BY t.pk DESC LIMIT ?
+"""
+"""The newest rows (by ``pk``, as SQLite orders by rowid) holding a common term."""
 CORPUS_TTL_S = 60.0
 """How long a user's row count and mean row length (BM25's corpus statistics) are
 reused; this process's own writes to the user drop them at once."""
@@ -397,22 +406,49 @@ class PostgresStore(SQLStore):
     def _keyword_search(self, table: str, user_id: str, terms: Sequence[str],
                         mode: MatchMode, where: str, params: list[Any], limit: int
                         ) -> list[tuple[str, float]]:
-        """Rows matching all terms (``and``) or any (``or``), ranked by BM25 as SQLite's
-        FTS5 ranks them (same k1, b, column weights and idf floor), with the corpus
-        statistics taken over this user's rows. Terms reach PostgreSQL as one bound
-        value parsed by ``plainto_tsquery``: no query syntax in them is interpreted."""
+        """Rows with every term (``and``, by BM25), or with some (``or``): by BM25 over
+        the terms that are not common, then the newest rows holding a common one (score
+        0), as on SQLite (see ``sql.COMMON_TERM_SHARE``). BM25 as FTS5 computes it (same
+        k1, b, column weights and idf floor); corpus statistics and term counts are this
+        user's. Terms reach PostgreSQL as bound values parsed by ``to_tsvector``: no
+        query syntax in them is interpreted."""
         if not terms:
             return []
-        text = " ".join(terms)
-        tsquery = _AND_QUERY if mode == "and" else _OR_QUERY
         with self._writing() as run:
             n_rows, avgdl = self._corpus(run, table, user_id)
             if not n_rows:
                 return []
-            rows = run(_BM25_SQL.format(table=table, tsquery=tsquery, any_query=_OR_QUERY,
-                                        where=where),
-                       [text, n_rows, user_id, text, text, *params, avgdl, limit])
-        return [(r[0], float(r[1])) for r in rows]
+
+            def bm25(words: Sequence[str], every: bool) -> list[tuple[str, float]]:
+                text = " ".join(words)
+                rows = run(_BM25_SQL.format(table=table, lexemes=_LEXEMES, where=where,
+                                            rarest=_HOLDS_RAREST if every else "",
+                                            having=_ALL_WORDS if every else ""),
+                           [user_id, text, n_rows, avgdl, *([text] if every else []), *params,
+                            limit])
+                return [(r[0], float(r[1])) for r in rows]
+
+            if mode == "and" and len(terms) > 1:
+                return bm25(terms, every=True)
+            common = self._common_terms(run, table, user_id, terms, common_term_rows(n_rows))
+            found = bm25([t for t in terms if t not in common], every=False) if len(
+                common) < len(set(terms)) else []
+            if len(found) < limit and common:
+                seen = {row_id for row_id, _ in found}
+                newest = run(_NEWEST_SQL.format(table=table, where=where),
+                             [*params, " ".join(t for t in terms if t in common), limit])
+                found += [(r[0], 0.0) for r in newest if r[0] not in seen]
+        return found[:limit]
+
+    def _common_terms(self, run: Run, table: str, user_id: str, terms: Sequence[str],
+                      cutoff: int) -> set[str]:
+        """The terms whose postings for this user outnumber ``cutoff`` (each count
+        stopping there). A term of several lexemes counts the postings of all of them."""
+        rows = run(f"SELECT term FROM unnest(?::text[]) AS term WHERE (SELECT count(*) FROM "
+                   f"(SELECT 1 FROM {table}_terms AS p WHERE p.user_id = ? AND p.lexeme = ANY("
+                   "tsvector_to_array(to_tsvector('ledgermem_english', term))) LIMIT ?) AS c) > ?",
+                   [sorted(set(terms)), user_id, cutoff + 1, cutoff])
+        return {r[0] for r in rows}
 
     def _corpus(self, run: Run, table: str, user_id: str) -> tuple[int, float]:
         """(rows, mean tokens per row) of this user's table, cached (``CORPUS_TTL_S``)

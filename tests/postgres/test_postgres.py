@@ -26,8 +26,8 @@ from ledgermem import (
 )
 from ledgermem.retrieval.embedding import reembed
 from ledgermem.retrieval.hybrid import SearchOptions
-from ledgermem.store.pg_migrations import PG_MIGRATIONS
-from ledgermem.store.postgres import PostgresStore
+from ledgermem.store.pg_migrations import PG_MIGRATIONS, TERM_FREQ
+from ledgermem.store.postgres import _BM25_SQL, _LEXEMES, PostgresStore, _placeholders
 from ledgermem.testing import HashEmbedder
 from ledgermem.types import ItemQuery
 from tests.postgres.workers import claim_then_die, write_and_search
@@ -240,6 +240,61 @@ def test_rebuild_rederives_views_and_keeps_vectors(pg_memory: Memory, pg_url: st
     assert len(before["knowledge"]) == 2 and before["knowledge"][0][4] is not None
     assert alice.search("kettle", touch=False)[0].id == item.id
 
+
+
+def test_term_index_follows_every_change_of_the_text(pg_memory: Memory, pg_url: str) -> None:
+    """``<table>_terms`` (BM25's postings) always equals what the rows' tsvectors say:
+    after adds, edits, a turn's neighbour text changing, forgets, prunes and a rebuild."""
+    alice, bob = pg_memory.for_user("alice"), pg_memory.for_user("bob")
+    kept = alice.remember("The kettle is descaled monthly", "fact")
+    edited = alice.remember("Green tea at noon", "preference")
+    gone = alice.remember("A locker code to forget", "fact")
+    bob.remember("Bob drinks coffee", "preference")
+    for text in ("I descaled the kettle", "Yes, in May!", "Tea at noon then"):
+        alice.add_turn("user", text, session_id="s")  # each rewrites its neighbours' text
+    alice.update(edited.id, content="Jasmine tea at four")
+    alice.search("kettle")  # a recall updates confidence, not the text
+    alice.forget(gone.id)
+    derived = {table: (f"SELECT user_id, v.lexeme, pk, {TERM_FREQ}, doc_len FROM {table} "
+                       "CROSS JOIN unnest(fts) AS v ORDER BY 2, 3")
+               for table in ("knowledge", "conversations")}
+
+    def check() -> None:
+        for table, sql in derived.items():
+            postings = everyone(pg_url, f"SELECT user_id, lexeme, pk, freq, doc_len FROM "
+                                        f"{table}_terms ORDER BY 2, 3")
+            assert postings == [(*r[:3], float(r[3]), r[4]) for r in everyone(pg_url, sql)]
+            assert postings
+
+    check()
+    assert not everyone(pg_url, "SELECT 1 FROM knowledge_terms WHERE lexeme = 'locker'")
+    everyone(pg_url, "DELETE FROM knowledge_terms WHERE lexeme = 'kettl'")  # damaged
+    pg_memory.rebuild()
+    check()
+    found = pg_memory.store.keyword_search_items("alice", ["kettle"], "or", ItemQuery(), 10)
+    assert [item_id for item_id, _ in found] == [kept.id]
+    assert bob.forget_user() == 1
+    check()
+
+
+def test_keyword_search_reads_postings_not_every_row(pg_memory: Memory, pg_url: str) -> None:
+    """The GIN index on ``fts`` is unusable under row-level security (``@@`` is not
+    leakproof: even with sequential scans off, PostgreSQL scanned every row of the
+    user), so BM25 matches terms in a B-tree of postings, never with ``@@`` on rows."""
+    alice = pg_memory.for_user("alice")
+    target = alice.remember("The kettle is descaled monthly", "fact")
+    alice.remember("Green tea at noon", "preference")
+    sql = _BM25_SQL.format(table="knowledge", lexemes=_LEXEMES, rarest="", having="",
+                           where="t.user_id = ?")
+    with psycopg.connect(pg_url, autocommit=True) as conn, conn.transaction():
+        conn.execute("SELECT set_config('ledgermem.user_id', 'alice', true), "
+                     "set_config('enable_seqscan', 'off', true)")
+        plan = "\n".join(str(r[0]) for r in conn.execute(
+            "EXPLAIN " + _placeholders(sql),
+            ["alice", "kettle descaled", 2, 7.0, "alice", 10]).fetchall())
+    assert "knowledge_terms_lookup" in plan and "@@" not in plan, plan
+    found = pg_memory.store.keyword_search_items("alice", ["kettle"], "and", ItemQuery(), 10)
+    assert [item_id for item_id, _ in found] == [target.id]
 
 # isolation --------------------------------------------------------------------------
 def test_another_user_gets_not_found(pg_memory: Memory) -> None:
