@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .errors import InvalidInput, LedgermemError, NotFound
-from .memory import Memory, UserMemory
+from .memory import TIME_MODES, Memory, TimeMode, UserMemory
 from .types import CATEGORIES, SOURCES, Event, Hit, Item
 
 __all__ = ["main"]
@@ -146,15 +146,26 @@ def remember(obj: Context, content: str, category: str, source: str, context: st
 @click.option("--context", default=None)
 @click.option("--entity", default=None)
 @click.option("--conversations", is_flag=True, help="Search past turns instead of knowledge.")
+@click.option("--all", "everything", is_flag=True,
+              help="Search knowledge and past turns together, in one list.")
+@click.option("--time-mode", type=click.Choice(TIME_MODES), default=None,
+              help="What a time in the query (\"last week\", \"in May 2023\") does: boost "
+                   "the rows inside it (default), keep only them, or nothing.")
 def recall(obj: Context, query: str, top_k: int, category: str | None, context: str | None,
-           entity: str | None, conversations: bool) -> None:
+           entity: str | None, conversations: bool, everything: bool,
+           time_mode: TimeMode | None) -> None:
     """Search memory by keywords and meaning."""
+    if conversations and everything:
+        raise click.UsageError("--conversations and --all cannot be combined")
     handle = obj.handle()
     if conversations:
-        hits = handle.search_conversations(query, limit=top_k)
+        hits = handle.search_conversations(query, limit=top_k, time_mode=time_mode)
+    elif everything:
+        hits = handle.search_all(query, top_k=top_k, category=category, context=context,
+                                 entity=entity, time_mode=time_mode)
     else:
         hits = handle.search(query, top_k=top_k, category=category, context=context,
-                             entity=entity)
+                             entity=entity, time_mode=time_mode)
 
     def render() -> None:
         if not hits:
