@@ -79,8 +79,8 @@ WITH hits AS MATERIALIZED (
     FROM {table}_terms AS p WHERE p.user_id = ? AND p.lexeme = ANY({lexemes})
 ), scored AS MATERIALIZED (
     SELECT pk, sum(greatest(ln((?::float8 - df + 0.5) / (df + 0.5)), 1e-6) * freq * 2.2
-                   / (freq + 1.2 * (0.25 + 0.75 * doc_len / ?::float8)) ORDER BY lexeme) AS score
-    FROM hits {rarest} GROUP BY pk {having}
+                   / (freq + 1.2 * (0.25 + 0.75 * doc_len / ?::float8))) AS score
+    FROM hits GROUP BY pk {having}
 )
 SELECT t.id, s.score FROM (SELECT pk, score FROM scored ORDER BY score DESC, pk) AS s
 CROSS JOIN LATERAL (SELECT * FROM {table} AS t WHERE t.pk = s.pk OFFSET 0) AS t
@@ -92,19 +92,19 @@ its number of postings for the user, a row's score the sum over its postings, wi
 term frequency (weight-B positions, a turn's neighbours' text, counting 0.4) and row
 length (``doc_len``, tokens) stored in each posting. AND keeps the rows holding every
 lexeme. The filters are checked on the rows in score order, until ``limit`` pass.
-Each row's terms are summed in one order (by lexeme), so rows with the same terms and
-length score the same to the last bit, whatever the plan, and ``pk`` breaks the tie.
+Each row's terms are summed in lexeme order (the order the window leaves the postings
+in), so rows with the same terms and length score the same to the last bit and ``pk``
+breaks the tie, as before this shape.
 
 The shape keeps plans sane under stale statistics (a user who just wrote thousands of
 rows may look like a user of one row to the planner): the lexemes are an ``= ANY``
 index condition rather than a join (which a one-row estimate turned into reading all
-the user's postings once per lexeme), and each candidate is fetched by ``pk`` alone in
-a subquery that ``OFFSET 0`` keeps the filters out of (given ``user_id = ?`` and a
-one-row estimate, the planner fetched it by scanning the user's rows instead)."""
+the user's postings once per lexeme), no step joins two intermediate results (a
+one-row estimate makes such a join a quadratic nested loop), and each candidate is
+fetched by ``pk`` alone in a subquery that ``OFFSET 0`` keeps the filters out of (given
+``user_id = ?`` and a one-row estimate, the planner scanned the user's rows instead)."""
 _LEXEMES = "tsvector_to_array(to_tsvector('ledgermem_english', ?))"
 _ALL_WORDS = f"HAVING count(*) = (SELECT cardinality({_LEXEMES}))"  # once, not per row
-_HOLDS_RAREST = "WHERE pk IN (SELECT pk FROM hits WHERE df = (SELECT min(df) FROM hits))"
-"""AND: only rows holding the rarest lexeme can hold them all; the others are not summed."""
 _NEWEST_SQL = """
 SELECT t.id FROM {table} AS t WHERE {where} AND EXISTS (
     SELECT 1 FROM {table}_terms AS p WHERE p.pk = t.pk AND p.lexeme = ANY(
@@ -422,7 +422,6 @@ class PostgresStore(SQLStore):
             def bm25(words: Sequence[str], every: bool) -> list[tuple[str, float]]:
                 text = " ".join(words)
                 rows = run(_BM25_SQL.format(table=table, lexemes=_LEXEMES, where=where,
-                                            rarest=_HOLDS_RAREST if every else "",
                                             having=_ALL_WORDS if every else ""),
                            [user_id, text, n_rows, avgdl, *([text] if every else []), *params,
                             limit])

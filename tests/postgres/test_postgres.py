@@ -284,7 +284,7 @@ def test_keyword_search_reads_postings_not_every_row(pg_memory: Memory, pg_url: 
     alice = pg_memory.for_user("alice")
     target = alice.remember("The kettle is descaled monthly", "fact")
     alice.remember("Green tea at noon", "preference")
-    sql = _BM25_SQL.format(table="knowledge", lexemes=_LEXEMES, rarest="", having="",
+    sql = _BM25_SQL.format(table="knowledge", lexemes=_LEXEMES, having="",
                            where="t.user_id = ?")
     with psycopg.connect(pg_url, autocommit=True) as conn, conn.transaction():
         conn.execute("SELECT set_config('ledgermem.user_id', 'alice', true), "
