@@ -587,23 +587,8 @@ class PostgresStore(SQLStore):
     def _vector_param(self, vector: Vector) -> Any:
         return np.asarray(vector, dtype=np.float32)
 
-    def promote_staged(self, model: str, dimensions: int) -> bool:
-        with self._writing() as run:
-            for table in ("knowledge", "conversations"):
-                if run(f"SELECT 1 FROM {table} AS t WHERE NOT EXISTS (SELECT 1 FROM "
-                       "embedding_staging AS s WHERE s.table_name = ? AND s.id = t.id AND "
-                       f"s.model = ? AND s.content = {EMBED_TEXT[table]}) LIMIT 1",
-                       [table, model]):
-                    return False
-            for table in ("knowledge", "conversations"):
-                run(f"UPDATE {table} SET embedding = s.vector, embedding_model = s.model, "
-                    "emb_seq = nextval('embedding_seq') FROM embedding_staging AS s WHERE "
-                    f"s.table_name = ? AND s.id = {table}.id AND s.model = ?", [table, model])
-            run("DELETE FROM embedding_staging", [])
-            super().set_meta("embedding_model", model)
-            super().set_meta("embedding_dimensions", str(dimensions))
-            self._vector_index(run, dimensions)
-        return True
+    def _emb_seq_sql(self, run: Run, table: str) -> tuple[str, list[Any]]:
+        return "nextval('embedding_seq')", []
 
     def clear_embeddings(self) -> None:
         with self._writing() as run:

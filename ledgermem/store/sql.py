@@ -699,6 +699,30 @@ class SQLStore(ABC):
                     "SET content = excluded.content, vector = excluded.vector",
                     [name, row_id, model, text, self._vector_param(vector)])
 
+    def promote_staged(self, model: str, dimensions: int) -> bool:
+        with self._writing() as run:
+            for table in ("knowledge", "conversations"):
+                if run(f"SELECT 1 FROM {table} AS t WHERE NOT EXISTS (SELECT 1 FROM "
+                       "embedding_staging AS s WHERE s.table_name = ? AND s.id = t.id AND "
+                       f"s.model = ? AND s.content = {EMBED_TEXT[table]}) LIMIT 1",
+                       [table, model]):
+                    return False
+            for table in ("knowledge", "conversations"):
+                sequence, params = self._emb_seq_sql(run, table)
+                run(f"UPDATE {table} SET embedding = s.vector, embedding_model = s.model, "
+                    f"emb_seq = {sequence} FROM embedding_staging AS s WHERE "
+                    f"s.table_name = ? AND s.id = {table}.id AND s.model = ?",
+                    [*params, table, model])
+            run("DELETE FROM embedding_staging", [])
+            self.set_meta("embedding_model", model)
+            self.set_meta("embedding_dimensions", str(dimensions))
+        return True
+
+    def _emb_seq_sql(self, run: Run, table: str) -> tuple[str, list[Any]]:
+        """SQL (and its parameters) giving each row of ``table`` that an UPDATE embeds
+        a new, increasing embedding sequence number."""
+        raise NotImplementedError
+
     def get_meta(self, key: str) -> str | None:
         rows = self._read("SELECT value FROM meta WHERE key = ?", [key])
         return str(rows[0][0]) if rows else None

@@ -416,28 +416,15 @@ class SQLiteStore(SQLStore):
         return np.asarray(vector, dtype=np.float32).tobytes()
 
     def promote_staged(self, model: str, dimensions: int) -> bool:
-        with self._writing() as run:
-            for table in ("knowledge", "conversations"):
-                if run(f"SELECT 1 FROM {table} AS t WHERE NOT EXISTS (SELECT 1 FROM "
-                       "embedding_staging AS s WHERE s.table_name = ? AND s.id = t.id AND "
-                       f"s.model = ? AND s.content = {EMBED_TEXT[table]}) LIMIT 1",
-                       [table, model]):
-                    return False
-            for table in ("knowledge", "conversations"):
-                top = int(run(f"SELECT coalesce(max(pk), 0) FROM {table}", [])[0][0])
-                seq = self._next_emb_seq(run, top)
-                run(f"UPDATE {table} SET embedding = s.vector, embedding_model = s.model, "
-                    f"emb_seq = ? + {table}.pk FROM embedding_staging AS s WHERE "
-                    f"s.table_name = ? AND s.id = {table}.id AND s.model = ?",
-                    [seq, table, model])
-            run("DELETE FROM embedding_staging", [])
-            for key, value in (("embedding_model", model),
-                               ("embedding_dimensions", str(dimensions))):
-                run("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE "
-                    "SET value = excluded.value", [key, value])
+        if not super().promote_staged(model, dimensions):
+            return False
         for index in self._indexes.values():
             index.reset()
         return True
+
+    def _emb_seq_sql(self, run: Run, table: str) -> tuple[str, list[Any]]:
+        top = int(run(f"SELECT coalesce(max(pk), 0) FROM {table}", [])[0][0])
+        return f"? + {table}.pk", [self._next_emb_seq(run, top)]
 
     def clear_embeddings(self) -> None:
         with self._writing() as run:
