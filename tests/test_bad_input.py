@@ -120,11 +120,10 @@ def test_for_user_needs_a_context(mem: Memory) -> None:
 
 def test_metadata_that_cannot_be_stored_is_invalid_input(mem: Memory, alice: UserMemory,
                                                          item: Item) -> None:
-    # Regression (fixed): memory.py remember/update (and log_tool_call arguments, add_turn metadata)
-    # never check that metadata is JSON-serialisable; json.dumps in store/sql.py append raises a
-    # bare TypeError from inside the transaction instead of InvalidInput (the rollback does keep the
-    # store unchanged). Suggested fix: validate with json.dumps in memory.py (_clean_content or a
-    # _check_json helper) and raise InvalidInput.
+    # Regression (fixed): remember/update (and log_tool_call arguments, add_turn metadata) did
+    # not check that metadata is JSON-serialisable; json.dumps in store/sql.py append raised a
+    # bare TypeError from inside the transaction instead of InvalidInput (the rollback did keep
+    # the store unchanged). Fixed by validation.json_object.
     before = snapshot(mem)
     with pytest.raises(InvalidInput):
         alice.remember("Has metadata with a datetime", metadata={"at": datetime.now(UTC)})

@@ -130,7 +130,7 @@ def test_prune_respects_days_and_min_confidence(alice: UserMemory, aged: dict[st
 @pytest.mark.parametrize("factor", [1.5, -0.5])
 def test_decay_never_takes_confidence_outside_0_1(alice: UserMemory, clock: FakeClock,
                                                   factor: float) -> None:
-    # Regression (fixed): memory.py UserMemory.apply_confidence_decay accepts any `factor` and the
+    # Regression (fixed): UserMemory.apply_confidence_decay accepts any `factor` and the
     # projection (store/sql.py, "memory.decayed") multiplies without clamping, so factor=1.5 turns
     # 0.8 into 1.2 and factor=-0.5 into -0.4, breaking the 0–1 invariant every other write enforces.
     # Suggested fix: reject factors outside (0, 1] with InvalidInput (and/or clamp in the projection

@@ -207,7 +207,7 @@ def test_remembering_identical_text_without_words_twice_keeps_one_item(
         alice: UserMemory, text: str) -> None:
     # Regression (fixed): dedup only ever compares word sets (regex \w+) found through FTS, so
     # content with no FTS-indexable word (punctuation, emoji, a lone "_") is never recognised as a
-    # duplicate even when it is byte-for-byte identical: each call adds another copy. memory.py
+    # duplicate even when it is byte-for-byte identical: each call adds another copy.
     # UserMemory._duplicate_of returns None when word_set(text) is empty, and for "_ _" the FTS
     # phrase '"_"' matches nothing. Suggested fix: before the word overlap test, look for an active
     # item with exactly the same content (same category/context/entity) and reuse it.

@@ -209,3 +209,12 @@ def test_hybrid_search_filters_vector_candidates_too(
     boosted = hybrid_alice.search_conversations("repainted fence last week")
     assert ids(boosted) == [inside.id, outside.id]
     assert "vector_rank" in boosted[0].why and boosted[0].why["time_rank"] == 1
+
+
+def test_as_of_ties_go_to_the_newest(alice: UserMemory, clock: FakeClock) -> None:
+    older = alice.remember("Booked the pottery course")
+    clock.advance(days=1)
+    newer = alice.remember("Paid the pottery course")
+    clock.advance(days=1)
+    hits = alice.search("pottery course", as_of=clock.now, time_mode="off")
+    assert ids(hits) == [newer.id, older.id]

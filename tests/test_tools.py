@@ -87,7 +87,7 @@ def test_bad_tool_names_are_rejected_and_nothing_is_stored(mem: Memory,
 
 def test_log_tool_call_returns_the_call_it_just_logged(alice: UserMemory,
                                                        clock: FakeClock) -> None:
-    # Regression (fixed): memory.py UserMemory.log_tool_call ends with `query_tool_calls(name=name,
+    # Regression (fixed): UserMemory.log_tool_call ends with `query_tool_calls(name=name,
     # limit=1)[0]`, i.e. "the newest call of that name", not the call just written. When another
     # call of the same tool carries a later ts (clock adjusted backwards, another process or machine
     # with a skewed clock, two threads racing) the caller gets someone else's call back. Suggested

@@ -94,7 +94,7 @@ def test_update_with_long_content_truncates_and_flags(alice: UserMemory, item: I
 
 def test_truncation_flag_goes_away_when_content_is_replaced_by_a_short_one(
         alice: UserMemory) -> None:
-    # Regression (fixed): memory.py UserMemory.update (around line 300) only adds metadata when the
+    # Regression (fixed): UserMemory.update only adds metadata when the
     # new content is cut; it never removes the old flags, so an item whose content is now 12
     # characters still claims truncated=True, original_length=2500. The dedup path in remember() has
     # the same flaw. Suggested fix: when content changes, drop "truncated"/"original_length" from

@@ -109,7 +109,8 @@ def rank_by_overlap(items: Iterable[Item], query: str, limit: int
         share = len(terms & words) / len(terms)
         if share > 0:
             scored.append((item, share))
-    scored.sort(key=lambda pair: (-pair[1], -pair[0].confidence, pair[0].updated_at))
+    scored.sort(key=lambda pair: pair[0].updated_at, reverse=True)  # newest first on ties
+    scored.sort(key=lambda pair: (-pair[1], -pair[0].confidence))
     return scored[:limit]
 
 
