@@ -13,9 +13,10 @@ kept the next query embedding at its 8 ms instead of spikes past 100 ms.
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 import numpy.typing as npt
@@ -25,18 +26,21 @@ __all__ = ["UserVectors", "VectorIndex"]
 
 Vector = npt.NDArray[np.float32]
 
-_threadpools: ThreadpoolController | None = None
-_threadpools_lock = threading.Lock()
+_blas_lock = threading.Lock()
+"""Held while BLAS is limited: the limit is process-wide, so two overlapping limits
+would restore each other's setting out of order and could leave BLAS at one thread."""
 
 
-def _one_blas_thread() -> Any:
-    """A context in which numpy's BLAS uses one thread (process-wide while it lasts)."""
-    global _threadpools
-    if _threadpools is None:
-        with _threadpools_lock:
-            if _threadpools is None:
-                _threadpools = ThreadpoolController()
-    return _threadpools.limit(limits=1, user_api="blas")
+@functools.cache
+def _threadpools() -> ThreadpoolController:
+    return ThreadpoolController()
+
+
+@contextmanager
+def _one_blas_thread() -> Iterator[None]:
+    """Run the block with numpy's BLAS on one thread, then restore its setting."""
+    with _blas_lock, _threadpools().limit(limits=1, user_api="blas"):
+        yield
 
 
 class UserVectors:
