@@ -296,6 +296,32 @@ def test_keyword_search_reads_postings_not_every_row(pg_memory: Memory, pg_url: 
     found = pg_memory.store.keyword_search_items("alice", ["kettle"], "and", ItemQuery(), 10)
     assert [item_id for item_id, _ in found] == [target.id]
 
+def test_vectors_are_kept_in_the_row(pg_url: str) -> None:
+    """An exact search reads every vector of the user: out of line (pgvector's default
+    storage, for any row over 2 kB), each costs a TOAST lookup. m0008 moves them in."""
+    text = "The spare key hangs on the hook behind the garden shed door"
+    toasted = ("SELECT count(*) FROM knowledge "
+               "WHERE pg_column_toast_chunk_id(embedding) IS NOT NULL")
+    embedder = HashEmbedder(dimensions=512)  # 2,056 bytes
+    store = PostgresStore(pg_url, migrations=PG_MIGRATIONS[:7])
+    with Memory(store, embedder=embedder) as memory:
+        kept = memory.for_user("alice").remember(text, "fact")
+        memory.embed_pending()
+    before = everyone(pg_url, "SELECT embedding::text FROM knowledge")
+    assert everyone(pg_url, toasted) == [(1,)]
+    with Memory(PostgresStore(pg_url), embedder=embedder) as memory:
+        assert everyone(pg_url, toasted) == [(0,)]
+        assert everyone(pg_url, "SELECT embedding::text FROM knowledge") == before
+        memory.for_user("alice").remember(text + " again", "fact")
+        memory.embed_pending()
+        assert everyone(pg_url, toasted) == [(0,)]
+        hits = memory.for_user("alice").search(text, top_k=1)
+        assert [h.id for h in hits] == [kept.id]
+    assert everyone(pg_url, "SELECT DISTINCT attstorage FROM pg_attribute WHERE attname = "
+                    "'embedding' AND attrelid IN ('knowledge'::regclass, "
+                    "'conversations'::regclass)") == [("m",)]
+
+
 # isolation --------------------------------------------------------------------------
 def test_another_user_gets_not_found(pg_memory: Memory) -> None:
     alice, bob = pg_memory.for_user("alice"), pg_memory.for_user("bob")
