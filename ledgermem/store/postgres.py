@@ -57,6 +57,7 @@ from .sql import (
     common_term_rows,
     embedded_table,
     item_where_sql,
+    keyword_hits,
     turn_where_sql,
 )
 
@@ -406,9 +407,7 @@ class PostgresStore(SQLStore):
     def _keyword_search(self, table: str, user_id: str, terms: Sequence[str],
                         mode: MatchMode, where: str, params: list[Any], limit: int
                         ) -> list[tuple[str, float]]:
-        """Rows with every term (``and``, by BM25), or with some (``or``): by BM25 over
-        the terms that are not common, then the newest rows holding a common one (score
-        0), as on SQLite (see ``sql.COMMON_TERM_SHARE``). BM25 as FTS5 computes it (same
+        """``sql.keyword_hits`` over the postings, as on SQLite. BM25 as FTS5 computes it (same
         k1, b, column weights and idf floor); corpus statistics and term counts are this
         user's. Terms reach PostgreSQL as bound values parsed by ``to_tsvector``: no
         query syntax in them is interpreted."""
@@ -419,25 +418,22 @@ class PostgresStore(SQLStore):
             if not n_rows:
                 return []
 
-            def bm25(words: Sequence[str], every: bool) -> list[tuple[str, float]]:
-                text = " ".join(words)
+            def bm25(words: Sequence[str], how: MatchMode) -> list[tuple[str, float]]:
+                text, every = " ".join(words), how == "and"
                 rows = run(_BM25_SQL.format(table=table, lexemes=_LEXEMES, where=where,
                                             having=_ALL_WORDS if every else ""),
                            [user_id, text, n_rows, avgdl, *([text] if every else []), *params,
                             limit])
                 return [(r[0], float(r[1])) for r in rows]
 
-            if mode == "and" and len(terms) > 1:
-                return bm25(terms, every=True)
-            common = self._common_terms(run, table, user_id, terms, common_term_rows(n_rows))
-            found = bm25([t for t in terms if t not in common], every=False) if len(
-                common) < len(set(terms)) else []
-            if len(found) < limit and common:
-                seen = {row_id for row_id, _ in found}
-                newest = run(_NEWEST_SQL.format(table=table, where=where),
-                             [*params, " ".join(t for t in terms if t in common), limit])
-                found += [(r[0], 0.0) for r in newest if r[0] not in seen]
-        return found[:limit]
+            def newest(words: Sequence[str]) -> list[str]:
+                return [r[0] for r in run(_NEWEST_SQL.format(table=table, where=where),
+                                          [*params, " ".join(words), limit])]
+
+            return keyword_hits(
+                terms, mode, limit, bm25=bm25, newest=newest,
+                common_terms=lambda words: self._common_terms(
+                    run, table, user_id, words, common_term_rows(n_rows)))
 
     def _common_terms(self, run: Run, table: str, user_id: str, terms: Sequence[str],
                       cutoff: int) -> set[str]:

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import SchemaMismatch
 from ..types import Event, Item, ItemQuery, ToolCall, Turn
-from .base import Table, TurnQuery, Vector, iter_chunks
+from .base import MatchMode, Table, TurnQuery, Vector, iter_chunks
 
 Run = Callable[[str, Sequence[Any]], list[tuple[Any, ...]]]
 """Executes one statement inside a write transaction and returns its rows."""
@@ -67,6 +67,32 @@ anyway (a term in 1% of rows has an idf of 4.6, one in 0.01% of 9.2)."""
 def common_term_rows(rows: int) -> int:
     """Rows a keyword may be in before it counts as common, in a corpus of ``rows``."""
     return max(COMMON_TERM_MIN_ROWS, int(COMMON_TERM_SHARE * rows))
+
+
+def keyword_hits(
+    terms: Sequence[str], mode: MatchMode, limit: int, *,
+    bm25: Callable[[Sequence[str], MatchMode], list[tuple[str, float]]],
+    common_terms: Callable[[Sequence[str]], set[str]],
+    newest: Callable[[Sequence[str]], list[str]],
+) -> list[tuple[str, float]]:
+    """The keyword search both stores run over their own primitives: ``and`` ranks the
+    rows holding every term by BM25; ``or`` ranks by BM25 over the terms that are not
+    common, then fills with the newest rows holding a common one (score 0).
+
+    ``bm25(terms, mode)`` returns up to ``limit`` (id, score) best first,
+    ``common_terms(terms)`` the common ones, ``newest(terms)`` up to ``limit`` ids of
+    rows holding any of ``terms``, newest first.
+    """
+    if mode == "and" and len(terms) > 1:
+        return bm25(terms, "and")
+    common = common_terms(terms)
+    rare = [term for term in terms if term not in common]
+    found = bm25(rare, "or") if rare else []
+    if len(found) < limit and common:
+        seen = {doc_id for doc_id, _ in found}
+        found += [(doc_id, 0.0) for doc_id in newest([t for t in terms if t in common])
+                  if doc_id not in seen]
+    return found[:limit]
 
 
 def spoken_day(timestamp: str) -> str:

@@ -32,6 +32,7 @@ from .sql import (
     common_term_rows,
     embedded_table,
     item_where_sql,
+    keyword_hits,
     turn_where_sql,
 )
 from .vector_index import UserVectors, VectorIndex
@@ -224,25 +225,22 @@ class SQLiteStore(SQLStore):
 
     def _keyword(self, table: Table, bm25: str, terms: Sequence[str], mode: MatchMode,
                  where: str, params: list[Any], limit: int) -> list[tuple[str, float]]:
-        """Rows with every term (``and``, BM25 order), or with some (``or``): BM25 over
-        the rare terms, then the newest rows holding a common one (``common_terms``)."""
+        """``sql.keyword_hits`` over FTS5 (BM25, counts and statistics of the whole file)."""
         if not terms:
             return []
         fts = f"{table}_fts"
-        if mode == "and" and len(terms) > 1:
-            return self._bm25(fts, table, bm25, terms, "and", where, params, limit)
-        common = self._common_terms(fts, table, terms)
-        rare = [term for term in terms if term not in common]
-        frequent = [term for term in terms if term in common]
-        found = self._bm25(fts, table, bm25, rare, "or", where, params, limit) if rare else []
-        if len(found) < limit and common:
-            seen = {doc_id for doc_id, _ in found}
-            rows = self._read(
+
+        def newest(words: Sequence[str]) -> list[str]:
+            return [r[0] for r in self._read(
                 f"SELECT t.id FROM {fts} JOIN {table} AS t ON t.pk = {fts}.rowid "
                 f"WHERE {fts} MATCH ? AND {where} ORDER BY {fts}.rowid DESC LIMIT ?",
-                [fts_match_sql(frequent, "or"), *params, limit])
-            found += [(r[0], 0.0) for r in rows if r[0] not in seen]
-        return found[:limit]
+                [fts_match_sql(words, "or"), *params, limit])]
+
+        return keyword_hits(
+            terms, mode, limit,
+            bm25=lambda words, how: self._bm25(fts, table, bm25, words, how, where, params,
+                                               limit),
+            common_terms=lambda words: self._common_terms(fts, table, words), newest=newest)
 
     def _bm25(self, fts: str, table: str, bm25: str, terms: Sequence[str], mode: MatchMode,
               where: str, params: list[Any], limit: int) -> list[tuple[str, float]]:
