@@ -90,9 +90,8 @@ class Searcher:
 
     def _retrieve(self, query: str, pool: int, keyword: Any, vector: Any
                   ) -> dict[str, list[tuple[str, float]]]:
+        """Candidates of each retriever for ``query`` (already ``_clean``)."""
         ranked: dict[str, list[tuple[str, float]]] = {}
-        # What no store or model can take (lone surrogates, NUL) is dropped, not raised.
-        query = query.encode("utf-8", "ignore").decode("utf-8").replace("\x00", " ")
         if self.options.mode != "vector":
             terms = query_terms(query)
             every = keyword(terms, "and", pool)
