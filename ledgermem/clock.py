@@ -7,21 +7,23 @@ every backend.
 
 from __future__ import annotations
 
+import calendar
 import os
 import re
 import secrets
 import threading
-import time
 import uuid
-import warnings
 from collections.abc import Callable
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
+from time import time_ns
+from typing import Any, Literal
 
-from dateutil import parser as date_parser
+from dateutil.relativedelta import relativedelta
 
-from .errors import InvalidInput
+from .errors import ConfigError, InvalidInput
 
-__all__ = ["Clock", "iso", "new_id", "parse_when", "system_clock"]
+__all__ = ["DATE_ORDERS", "Clock", "DateOrder", "check_date_order", "iso", "new_id",
+           "parse_when", "system_clock"]
 
 Clock = Callable[[], datetime]
 """A zero-argument callable returning an aware ``datetime`` (inject one in tests)."""
@@ -39,53 +41,283 @@ def iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="microseconds")
 
 
-def parse_when(value: str | datetime | date, *, now: datetime | None = None) -> datetime:
-    """Parse a date or time in any common form into an aware UTC datetime.
+DateOrder = Literal["DMY", "MDY", "YMD"]
+"""How a numeric date such as ``5/12/2026`` is read: day first, month first or year
+first. ``None`` (the default) reads only what cannot be taken two ways."""
 
-    Accepts datetimes (naive ones are taken as UTC), dates (midnight UTC), ISO 8601
-    strings, common written forms ("8 May 2023", "2023-05-08 14:00", "May 8, 2023 2pm")
-    and the relative words ``today``, ``tomorrow``, ``yesterday`` and ``in N days``.
+DATE_ORDERS: tuple[DateOrder, ...] = ("DMY", "MDY", "YMD")
+
+
+def check_date_order(value: object) -> DateOrder | None:
+    """``value`` as a ``date_order`` setting: ``"DMY"``, ``"MDY"``, ``"YMD"`` or None.
 
     Raises:
-        InvalidInput: the value cannot be understood as a point in time.
+        ConfigError: any other value.
     """
+    if value is None:
+        return None
+    for order in DATE_ORDERS:
+        if value == order:
+            return order
+    raise ConfigError(f"unknown date_order {value!r}; expected 'DMY', 'MDY', 'YMD' or None")
+
+
+def parse_when(value: str | datetime | date, *, now: datetime | None = None,
+               date_order: DateOrder | None = None) -> datetime:
+    """Parse a date or time as people write it into an aware UTC datetime.
+
+    Accepts datetimes (naive ones are taken as UTC), dates (midnight UTC), ISO 8601
+    strings, and English text, with relative phrases resolved against ``now``:
+
+    - dates and times: ``2026-12-01``, ``3 Dec 2026 14:00``, ``Dec 3``, ``May 8, 2023
+      2pm``, ``1 Dec 2026 14:00 PST``, ``noon``, ``5pm``, ``tonight``;
+    - days: ``today``, ``tomorrow 9am``, ``friday``, ``next tuesday``, ``next friday at
+      5pm``, ``the day after tomorrow``;
+    - counts from now (the time of day is kept): ``in 3 days``, ``in two weeks``, ``2
+      hours from now``, ``3 days ago``;
+    - periods, weeks running Monday to Sunday: ``this week``, ``next week``, ``next
+      month`` and ``last year`` mean the period's first moment, ``end of week``, ``end
+      of the month`` and ``eod`` its last; ``this weekend`` is its Saturday;
+    - numeric dates (``5/12/2026``, ``12.5.2026``, ``5-12``) in the order ``date_order``
+      names; with None, one that reads two ways is refused rather than guessed
+      (``13/5/2026`` reads one way only). A four-digit year first is always Y-M-D.
+
+    A day without a year, a weekday or a time of day means the next one after ``now``;
+    a phrase that names a day but no time means midnight. Text without an offset or a
+    zone name is read in ``now``'s time zone.
+
+    Args:
+        value: what to read.
+        now: the reference time for relative phrases (the injected clock); an aware
+            datetime. Defaults to the system clock.
+        date_order: how numeric dates are read (``DateOrder``); None refuses ambiguous ones.
+
+    Raises:
+        InvalidInput: the value cannot be understood as a point in time, or it is a
+            numeric date that reads two ways and ``date_order`` does not say which.
+        ConfigError: ``date_order`` is not one of ``DATE_ORDERS`` or None.
+    """
+    order = check_date_order(date_order)
     if isinstance(value, datetime):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
     if isinstance(value, date):
         return datetime(value.year, value.month, value.day, tzinfo=UTC)
     if not isinstance(value, str) or not value.strip():
         raise InvalidInput(f"cannot read a date from {value!r}")
-    text = value.strip()
     base = now or system_clock()
-    relative = _relative(text.lower(), base)
-    if relative is not None:
-        return relative
+    if base.tzinfo is None:
+        base = base.replace(tzinfo=UTC)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", date_parser.UnknownTimezoneWarning)
-            parsed = date_parser.parse(text, default=datetime(base.year, base.month, base.day))
-    except date_parser.UnknownTimezoneWarning as exc:
-        raise InvalidInput(f"unknown time zone in {value!r}; give an offset such as "
-                           "-08:00 or +01:00") from exc
-    except (ValueError, OverflowError) as exc:
+        return _read(" ".join(value.split()), base, order).astimezone(UTC)
+    except InvalidInput:
+        raise
+    except (ValueError, OverflowError) as exc:  # a date past year 9999, a bad field
         raise InvalidInput(f"cannot read a date from {value!r}") from exc
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
 
-_IN_N = re.compile(r"^in (\d{1,4}) (minute|hour|day|week)s?$")
+_ISO = re.compile(r"\d{4}-\d\d-\d\d")
 
 
-def _relative(text: str, now: datetime) -> datetime | None:
-    midnight = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-    fixed = {"now": now, "today": midnight, "tomorrow": midnight + timedelta(days=1),
-             "yesterday": midnight - timedelta(days=1)}
-    if text in fixed:
-        return fixed[text].astimezone(UTC)
-    match = _IN_N.match(text)
+def _read(text: str, now: datetime, order: DateOrder | None) -> datetime:
+    if _ISO.match(text):
+        try:
+            return _in_zone(datetime.fromisoformat(text), now)
+        except ValueError:
+            pass  # "2026-12-01 5pm": read below
+    if text.isdigit():
+        raise InvalidInput(f"cannot read a date from {text!r}: a bare number is not a date")
+    phrase = _phrase(text.lower(), now)
+    if phrase is not None:
+        return phrase
+    whole = _NUMERIC.fullmatch(text)
+    if whole and whole.group("c"):
+        day = _numeric_date(whole, text, order)
+        if isinstance(day, date):
+            return datetime.combine(day, time(), tzinfo=now.tzinfo)
+    return _natural(_NUMERIC.sub(lambda m: _numeric_text(m, text, order), text), text, now,
+                    order)
+
+
+def _in_zone(moment: datetime, now: datetime) -> datetime:
+    """A naive wall time is in ``now``'s zone."""
+    return moment.replace(tzinfo=now.tzinfo) if moment.tzinfo is None else moment
+
+
+# phrases read here, without the natural-language parser -------------------------------
+_NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5,
+                 "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10, "eleven": 11,
+                 "twelve": 12}
+_N = r"(?P<n>\d{1,4}|" + "|".join(_NUMBER_WORDS) + ")"
+_UNIT = r"(?P<unit>minute|hour|day|week|month|year)s?"
+_COUNT = re.compile(rf"^(?P<in>in )?{_N} {_UNIT}(?: (?P<dir>from now|from today|later|ago))?$")
+_PERIOD = re.compile(r"^(?:(?:the )?(?P<edge>start|beginning|end) of (?:the )?)?"
+                     r"(?:(?P<which>this|next|last) )?(?P<unit>day|week|month|year)$")
+_ABBREVIATIONS = {"eod": "end of day", "eow": "end of week", "eom": "end of month",
+                  "eoy": "end of year"}
+_WEEKEND = re.compile(r"^(?:(?P<which>this|next|last|the) )?weekend$")
+_DAYS = {"today": 0, "tomorrow": 1, "yesterday": -1}
+_SHIFTS = {None: 0, "this": 0, "the": 0, "next": 1, "last": -1}
+
+
+def _phrase(text: str, now: datetime) -> datetime | None:
+    """The phrases whose meaning is ledgermem's to choose, or that the parser gets wrong."""
+    text = text.removeprefix("by ")  # "by friday" is when it is due
+    text = _ABBREVIATIONS.get(text, text)
+    if text == "now":
+        return now
+    if text in _DAYS:
+        return _first_moment(now, "day", _DAYS[text])
+    match = _COUNT.match(text)
+    if match and (match.group("in") is None) != (match.group("dir") is None):
+        n = match.group("n") or ""
+        amount = int(n) if n.isdigit() else _NUMBER_WORDS[n]
+        if match.group("dir") == "ago":
+            amount = -amount
+        unit = match.group("unit")
+        if unit in ("minute", "hour"):  # elapsed time: across a DST change too
+            return now.astimezone(UTC) + timedelta(**{unit + "s": amount})
+        if unit in ("month", "year"):  # the same day of the month and time of day
+            return now + relativedelta(months=amount * (12 if unit == "year" else 1))
+        return now + timedelta(days=amount * (7 if unit == "week" else 1))
+    match = _PERIOD.match(text)
+    if match and (match.group("edge") or match.group("which")):
+        unit, shift = match.group("unit"), _SHIFTS[match.group("which")]
+        if match.group("edge") == "end":
+            return _first_moment(now, unit, shift + 1) - timedelta(microseconds=1)
+        return _first_moment(now, unit, shift)
+    match = _WEEKEND.match(text)
     if match:
-        amount, unit = int(match.group(1)), match.group(2)
-        return (now + timedelta(**{unit + "s": amount})).astimezone(UTC)
+        return _first_moment(now, "week", _SHIFTS[match.group("which")]) + timedelta(days=5)
     return None
+
+
+def _first_moment(now: datetime, unit: str, shift: int) -> datetime:
+    """Midnight starting the day, week (Monday), month or year ``shift`` units from now's."""
+    today = now.date()
+    if unit == "day":
+        first = today + timedelta(days=shift)
+    elif unit == "week":
+        first = today - timedelta(days=today.weekday()) + timedelta(weeks=shift)
+    elif unit == "month":
+        first = today.replace(day=1) + relativedelta(months=shift)
+    else:
+        first = date(today.year + shift, 1, 1)
+    return datetime.combine(first, time(), tzinfo=now.tzinfo)
+
+
+# numeric dates --------------------------------------------------------------------------
+_NUMERIC = re.compile(r"(?<![\w/.:-])(?P<a>\d{1,4})(?P<sep>[/.\- ])(?P<b>\d{1,2})"
+                      r"(?:(?P=sep)(?P<c>\d{1,4}))?(?![\w/:-]|\.\d)")
+
+
+def _numeric_text(match: re.Match[str], text: str, order: DateOrder | None) -> str:
+    """A numeric date in ``text`` written out ("12 May 2026"), or left as it is."""
+    day = _numeric_date(match, text, order)
+    if day is None:
+        return match.group(0)
+    if isinstance(day, date):
+        return f"{day.day} {calendar.month_name[day.month]} {day.year}"
+    return f"{day[1]} {calendar.month_name[day[0]]}"
+
+
+def _numeric_date(match: re.Match[str], text: str,
+                  order: DateOrder | None) -> date | tuple[int, int] | None:
+    """The date a numeric form names: a date, (month, day) when it has no year, or None
+    when the form is not a date this reads (``2026/12``, ``1.5`` inside a phrase).
+
+    Raises:
+        InvalidInput: no reading is a real date, or two are and ``order`` picks none.
+    """
+    a, sep, b, c = match.group("a", "sep", "b", "c")
+    if sep in ". " and c is None and match.group(0) != text:
+        return None  # "in 1.5 hours"
+    if sep == " " and c is not None and len(c) != 4:
+        return None
+    readings = _readings(a, b, c, order)
+    if not readings:
+        return None
+    valid = {name: reading for name, reading in readings.items() if _is_date(reading)}
+    if not valid:
+        raise InvalidInput(f"cannot read a date from {text!r}: {match.group(0)!r} is no "
+                           "day and month in any order")
+    chosen = valid.get(order) if order else None
+    if chosen is None:
+        if len(set(valid.values())) > 1:
+            raise InvalidInput(_ambiguous(text, valid))
+        chosen = next(iter(valid.values()))
+    year, month, day = chosen
+    return (month, day) if year is None else date(year, month, day)
+
+
+def _readings(a: str, b: str, c: str | None,
+              order: DateOrder | None) -> dict[str, tuple[int | None, int, int]]:
+    """Each order's (year, month, day) for the parts ``a``, ``b`` and ``c``."""
+    if len(a) == 4:  # a four-digit year first is always Y-M-D
+        return {"YMD": (int(a), int(b), int(c))} if c is not None and len(c) <= 2 else {}
+    readings: dict[str, tuple[int | None, int, int]] = {}
+    if len(a) <= 2 and (c is None or len(c) in (2, 4)):
+        year = None if c is None else _full_year(c)
+        readings["DMY"] = (year, int(b), int(a))
+        readings["MDY"] = (year, int(a), int(b))
+    if len(a) <= 2 and c is not None and len(c) <= 2 and order == "YMD":
+        readings["YMD"] = (_full_year(a), int(b), int(c))  # "26/12/05"
+    return readings
+
+
+def _full_year(digits: str) -> int:
+    """A two-digit year as POSIX reads it: 69-99 are 1969-1999, 00-68 are 2000-2068."""
+    year = int(digits)
+    if len(digits) > 2:
+        return year
+    return year + (1900 if year >= 69 else 2000)
+
+
+def _is_date(reading: tuple[int | None, int, int]) -> bool:
+    year, month, day = reading
+    try:
+        date(2000 if year is None else year, month, day)  # 2000: 29 Feb is a day
+    except ValueError:
+        return False
+    return True
+
+
+def _ambiguous(text: str, valid: dict[str, tuple[int | None, int, int]]) -> str:
+    years = {year for year, _, _ in valid.values()}
+    names = []
+    for year, month, day in valid.values():
+        name = f"{day} {calendar.month_abbr[month]}"
+        names.append(name if len(years) == 1 else f"{name} {year}")
+    orders = " or ".join(f"'{name}'" for name in valid)
+    return (f"ambiguous: {' or '.join(names)}? set date_order ({orders}), or write the "
+            f"date as YYYY-MM-DD (in {text!r})")
+
+
+# everything else: a natural-language date parser ------------------------------------------
+_COUNTED = re.compile(r"^in\b|\bago\b|\bfrom (?:now|today)\b|\blater\b|\bhence\b")
+_ZONE_NAME = re.compile(r"\b[A-Z]{2,5}$")
+
+
+def _natural(text: str, original: str, now: datetime, order: DateOrder | None) -> datetime:
+    # Imported here: it takes ~0.2 s to import and ~0.4 s to load its English data on
+    # first use, which most programs (ISO dates, "tomorrow", "in 3 days") never need.
+    from dateparser.date import DateDataParser
+
+    settings: dict[str, Any] = {
+        "RELATIVE_BASE": now.replace(tzinfo=None),  # wall time in now's zone
+        "TIMEZONE": "UTC",  # never the machine's zone: naive stays naive, read below
+        "PREFER_DATES_FROM": "future", "PREFER_DAY_OF_MONTH": "first",
+        "RETURN_TIME_AS_PERIOD": True, "PARSERS": ["relative-time", "absolute-time"]}
+    if order:
+        settings["DATE_ORDER"] = order
+    data = DateDataParser(languages=["en"], settings=settings).get_date_data(text)
+    if data.date_obj is None:
+        hint = ("; for a time zone give an offset such as -08:00 or +01:00"
+                if _ZONE_NAME.search(original) else "")
+        raise InvalidInput(f"cannot read a date from {original!r}{hint}")
+    moment = data.date_obj
+    if data.period in ("day", "week", "month", "year") and not _COUNTED.search(text.lower()):
+        moment = moment.replace(hour=0, minute=0, second=0, microsecond=0)  # a day: midnight
+    return _in_zone(moment, now)
 
 
 _id_lock = threading.Lock()
@@ -101,7 +333,7 @@ def new_id() -> str:
     """
     global _last_ms, _counter
     with _id_lock:
-        ms = time.time_ns() // 1_000_000
+        ms = time_ns() // 1_000_000
         if ms <= _last_ms:
             _counter += 1
             if _counter > 0xFFF:

@@ -22,6 +22,9 @@ SCRIPT = [
     'remember "Renew the passport" --category reminder --due "in 10 days"',
     'recall "who is my manager"',
     'recall "what do I like to drink"',
+    "upcoming --days 30",
+    'add-turn "I am flying to Lisbon on Friday" --session demo:chat',
+    'recall "when is the trip" --conversations',
     "list",
     "stats",
 ]
@@ -34,12 +37,13 @@ def run(folder: Path) -> int:
     for stale in folder.glob("demo.db*"):
         stale.unlink()
     console.rule(f"ledgermem demo — database {db}")
-    runner = CliRunner()
+    runner = CliRunner(env={"COLUMNS": str(console.width)})  # tables as wide as this terminal
     for line in SCRIPT:
         console.print(f"\n[bold green]$ ledgermem {line}[/]")
         result = runner.invoke(cli, ["--db", str(db), "--user", "demo", *shlex.split(line)])
-        console.out(result.output, end="")
+        console.out(result.stdout, end="")  # stderr names the database: the rule above does
         if result.exit_code != 0:
+            console.out(result.stderr, end="")
             console.print(f"[red]exit code {result.exit_code}[/]")
             return result.exit_code
     console.rule("done — try: .venv/bin/ledgermem --db " + str(db) + " recall tea")

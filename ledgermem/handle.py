@@ -14,11 +14,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from .clock import iso, new_id, parse_when
+from .clock import iso, new_id
 from .errors import NotFound
 from .retrieval.hybrid import Searcher, SearchOptions
 from .types import Event, Item, Scope
-from .validation import check_choice
+from .validation import check_choice, check_id
 
 if TYPE_CHECKING:
     from .memory import Memory
@@ -40,6 +40,7 @@ class UserHandle:
     def __init__(self, memory: Memory, scope: Scope) -> None:
         self._memory = memory
         self._store = memory.store
+        self._writer = memory.writer
         self.scope = scope
 
     @property
@@ -70,15 +71,13 @@ class UserHandle:
         )
 
     def _require(self, item_id: str) -> Item:
-        item = self._store.get_item(self.user_id, item_id)
+        item = self._store.get_item(self.user_id, check_id(item_id, "item id"))
         if item is None:
             raise NotFound(f"no memory {item_id!r}")
         return item
 
     def _when(self, value: str | datetime | None) -> str | None:
-        if value is None:
-            return None
-        return iso(parse_when(value, now=self._memory.clock()))
+        return self._memory._when(value)
 
     def _searcher(self, time_mode: TimeMode | None) -> Searcher:
         searcher = self._memory.searcher

@@ -9,23 +9,26 @@ observability and housekeeping are in ``user_memory.py``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from .clock import iso, new_id
+from .clock import iso
 from .errors import InvalidInput, NotFound
 from .handle import TimeMode, UserHandle
 from .pipeline.timeline import MEMORY_KINDS, lineage, matches, rank_as_of, replay, valid_at
 from .retrieval.hybrid import Searcher, items_in, merge_hits
-from .retrieval.keyword import query_terms, word_set
 from .retrieval.rerank import rerank
 from .store.base import TurnQuery
-from .types import CATEGORIES, SOURCES, START_CONFIDENCE, Event, Hit, Item, ItemQuery
+from .types import CATEGORIES, SOURCES, Event, Hit, Item, ItemQuery
 from .validation import (
     check_choice,
     check_confidence,
+    check_days,
+    check_filters,
+    check_id,
     check_limit,
+    check_optional_limit,
+    check_query,
     clean_content,
     clean_context,
     clean_entity,
@@ -35,8 +38,8 @@ from .validation import (
 
 __all__ = ["UserKnowledge"]
 
-DEDUP_OVERLAP = 0.8
-RECALL_BOOST = 0.02
+_MATCHED = ("keyword_rank", "vector_rank")
+"""``why`` keys that say a hit matched its query (see ``_recalled``)."""
 _UNSET: Any = object()
 
 
@@ -62,93 +65,29 @@ class UserKnowledge(UserHandle):
         metadata: Mapping[str, Any] | None = None,
         valid_from: str | datetime | None = None,
         reason: str | None = None,
+        dedup: bool | None = None,
     ) -> Item:
-        """Store a knowledge item verbatim, or refresh a near-duplicate of it.
+        """Store a knowledge item verbatim, or refresh the item it restates.
 
-        An active item of the same category, context and entity whose words overlap
-        this one by more than 80% (Szymkiewicz–Simpson) is updated instead of adding
-        a second copy. Content over 2,000 characters is cut and flagged in metadata.
-        ``valid_from`` is when the fact became true (default: now); ``reason`` is kept
-        in the ledger entry (see ``history``).
+        An active item of the same category, context and entity that this text
+        restates — more than 80% of the words shared (Szymkiewicz–Simpson), and no
+        negation, number, date or proper name in one that the other lacks — is
+        updated instead of adding a second copy; the returned item's ``written`` says
+        which happened (``"added"`` / ``"merged"``, its id is then the existing
+        item's). ``dedup=False`` always adds (default: the Memory's ``dedup``).
+        Content over 2,000 characters is cut and flagged in metadata. ``valid_from``
+        is when the fact became true (default: now); ``reason`` is kept in the ledger
+        entry (see ``history``).
 
         Raises:
             InvalidInput: empty content, unknown category or source, confidence
                 outside 0–1, a malformed entity or an unreadable ``due_at``.
         """
-        text, meta = clean_content(content, metadata)
-        check_choice("category", category, CATEGORIES)
-        check_choice("source", source, SOURCES)
-        conf = START_CONFIDENCE[source] if confidence is None else check_confidence(confidence)
-        ctx = clean_context(context or self.scope.context)
-        ent = clean_entity(entity)
-        due = self._when(due_at)
-        now = self._now()
-        with self._store.transaction():
-            twin = self._duplicate_of(text, category, ctx, ent)
-            if twin is not None:
-                changes: dict[str, Any] = {"updated_at": now,
-                                           "confidence": max(twin.confidence, conf)}
-                if text != twin.content:
-                    changes["content"] = text
-                if sensitive and not twin.sensitive:
-                    changes["sensitive"] = True
-                if due is not None:
-                    changes["due_at"] = due
-                merged = merge_metadata(twin.metadata, meta)
-                if merged != twin.metadata:
-                    changes["metadata"] = merged
-                return self._change(twin, changes, reason="dedup", source=source,
-                                    extra={"why": reason} if reason else None)
-            item = Item(
-                id=new_id(), user_id=self.user_id, agent_id=self.scope.agent_id,
-                category=category, content=text, domain=domain, source=source,
-                confidence=conf, context=ctx, entity=ent, sensitive=bool(sensitive),
-                due_at=due, created_at=now, updated_at=now,
-                valid_from=self._when(valid_from) or now, metadata=meta,
-            )
-            payload: dict[str, Any] = {"item": asdict(item)}
-            if reason:
-                payload["reason"] = reason
-            self._store.append([self._event("memory.added", payload, subject_id=item.id,
-                                            ts=now)])
-        self._memory._written()
-        return item
-
-    def _duplicate_of(self, text: str, category: str, context: str, entity: str | None
-                      ) -> Item | None:
-        query = ItemQuery(category=category, context=context, entity=entity)
-        same = self._store.query_items(self.user_id, ItemQuery(content=text,
-                                                               include_superseded=True))[0]
-        for candidate in same:
-            if candidate.active and (candidate.category, candidate.context, candidate.entity
-                                     ) == (category, context, entity):
-                return candidate
-        words = word_set(text)
-        if not words:
-            return None
-        found = self._store.keyword_search_items(self.user_id, _dedup_terms(text), "or", query,
-                                                 50)
-        for item_id, _ in found:
-            item = self._store.get_item(self.user_id, item_id)
-            if item is None or item.entity != entity:
-                continue
-            other = word_set(item.content)
-            if other and len(words & other) / min(len(words), len(other)) > DEDUP_OVERLAP:
-                return item
-        return None
-
-    def _change(self, item: Item, changes: dict[str, Any], *, reason: str,
-                source: str | None = None, kind: str = "memory.updated",
-                extra: Mapping[str, Any] | None = None) -> Item:
-        payload: dict[str, Any] = {"changes": changes, "reason": reason, **(extra or {})}
-        if source:
-            payload["source"] = source
-        if "content" in changes:
-            payload["previous"] = item.content
-        self._store.append([self._event(kind, payload, subject_id=item.id)])
-        if "content" in changes:
-            self._memory._written()
-        return self._require(item.id)
+        return self._writer.remember(
+            self.scope, content, category, domain=domain, source=source,
+            confidence=confidence, context=context, entity=entity, sensitive=sensitive,
+            due_at=due_at, metadata=metadata, valid_from=valid_from, reason=reason,
+            dedup=dedup)
 
     def update(
         self,
@@ -167,57 +106,59 @@ class UserKnowledge(UserHandle):
         """Change only the given fields; ``updated_at`` is set, a new content drops the
         embedding (it is recomputed). Pass ``None`` to clear ``domain``, ``entity`` or
         ``due_at``."""
-        item = self._require(item_id)
-        changes: dict[str, Any] = {}
+        fields: dict[str, Any] = {}
+        content_meta: dict[str, Any] | None = None
         if content is not _UNSET:
-            changes["content"], meta = clean_content(content, None)
-            meta = merge_metadata(item.metadata, meta)
+            fields["content"], content_meta = clean_content(content, None)
+        if category is not _UNSET:
+            fields["category"] = check_choice("category", category, CATEGORIES)
+        if domain is not _UNSET:
+            fields["domain"] = domain
+        if confidence is not _UNSET:
+            fields["confidence"] = check_confidence(confidence)
+        if context is not _UNSET:
+            fields["context"] = clean_context(context)
+        if entity is not _UNSET:
+            fields["entity"] = clean_entity(entity)
+        if sensitive is not _UNSET:
+            fields["sensitive"] = bool(sensitive)
+        if due_at is not _UNSET:
+            fields["due_at"] = self._when(due_at)
+            fields["reminded_at"] = None
+        extra = None if metadata is _UNSET else json_object(dict(metadata), "metadata")
+
+        def build(item: Item) -> dict[str, Any]:
+            changes = dict(fields)
+            meta = item.metadata
+            if content_meta is not None:
+                meta = merge_metadata(meta, content_meta)
+            if extra is not None:
+                meta = {**meta, **extra}
             if meta != item.metadata:
                 changes["metadata"] = meta
-        if category is not _UNSET:
-            changes["category"] = check_choice("category", category, CATEGORIES)
-        if domain is not _UNSET:
-            changes["domain"] = domain
-        if confidence is not _UNSET:
-            changes["confidence"] = check_confidence(confidence)
-        if context is not _UNSET:
-            changes["context"] = clean_context(context)
-        if entity is not _UNSET:
-            changes["entity"] = clean_entity(entity)
-        if sensitive is not _UNSET:
-            changes["sensitive"] = bool(sensitive)
-        if due_at is not _UNSET:
-            changes["due_at"] = self._when(due_at)
-            changes["reminded_at"] = None
-        if metadata is not _UNSET:
-            changes["metadata"] = {**changes.get("metadata", item.metadata),
-                                   **json_object(dict(metadata), "metadata")}
-        if not changes:
-            return item
-        changes["updated_at"] = self._now()
-        return self._change(item, changes, reason="update")
+            if changes:
+                changes["updated_at"] = self._now()
+            return changes
+
+        return self._writer.change(self.scope, item_id, build, reason="update")
 
     def update_confidence(self, item_id: str, confidence: float) -> Item:
         """Set confidence, clamped to 0–1."""
-        item = self._require(item_id)
         if not isinstance(confidence, int | float) or confidence != confidence:
             raise InvalidInput("confidence must be a number")
         value = min(1.0, max(0.0, float(confidence)))
-        return self._change(item, {"confidence": value, "updated_at": self._now()},
-                            reason="confidence")
+        return self._writer.change(
+            self.scope, item_id, lambda _: {"confidence": value, "updated_at": self._now()},
+            reason="confidence")
 
     def mark_reminded(self, item_id: str) -> Item:
         """Record that the user was reminded of a due item."""
-        item = self._require(item_id)
-        return self._change(item, {"reminded_at": self._now()}, reason="reminded")
+        return self._writer.change(self.scope, item_id,
+                                   lambda _: {"reminded_at": self._now()}, reason="reminded")
 
     def forget(self, item_id: str) -> None:
         """Delete an item and blank its text everywhere, the ledger included."""
-        item = self._require(item_id)
-        with self._store.transaction():
-            self._store.append([self._event("memory.deleted", {"id": item.id},
-                                            subject_id=item.id)])
-            self._store.redact(self.user_id, item.id)
+        self._writer.forget(self.scope, item_id)
 
     def forget_by_source(self, source: str) -> int:
         """Forget every item (any state) that came from ``source``; returns how many."""
@@ -256,41 +197,10 @@ class UserKnowledge(UserHandle):
         ``history``, ``get(..., as_of=…)`` and ``include_superseded`` searches;
         ``restore`` brings it back. Unlike ``update``, nothing is overwritten.
         """
-        old = self._require(item_id)
-        if not old.active:
-            raise InvalidInput(f"memory {item_id!r} is not active; restore it first")
-        text, meta = clean_content(content, None)
-        check_choice("source", source, SOURCES)
-        now = self._now()
-        when = max(self._when(at) or now, old.valid_from or "")
-        metadata = {k: v for k, v in old.metadata.items()
-                    if k not in ("turn_ids", "supersedes", "truncated", "original_length")}
-        metadata.update(meta, supersedes=old.id)
-        if turn_ids:
-            metadata["turn_ids"] = list(turn_ids)
-        new = replace(
-            old, id=new_id(), content=text, source=source,
-            category=old.category if category is None else check_choice(
-                "category", category, CATEGORIES),
-            context=old.context if context is None else clean_context(context),
-            entity=old.entity if entity is None else clean_entity(entity),
-            sensitive=old.sensitive if sensitive is None else bool(sensitive),
-            due_at=old.due_at if due_at is None else self._when(due_at),
-            reminded_at=old.reminded_at if due_at is None else None,
-            confidence=max(old.confidence, START_CONFIDENCE[source]), created_at=now,
-            updated_at=now, valid_from=when, valid_to=None, superseded_by=None,
-            last_used_at=None, use_count=0, metadata=metadata,
-        )
-        why = _why(reason, source, turn_ids)
-        self._store.append([
-            self._event("memory.added", {"item": asdict(new), "supersedes": old.id, **why},
-                        subject_id=new.id, ts=now),
-            self._event("memory.superseded", {
-                "changes": {"superseded_by": new.id, "valid_to": when, "updated_at": now},
-                "by": new.id, **why}, subject_id=old.id, ts=now),
-        ])
-        self._memory._written()
-        return new
+        return self._writer.revise(
+            self.scope, item_id, content, category=category, context=context, entity=entity,
+            sensitive=sensitive, due_at=due_at, source=source, reason=reason,
+            turn_ids=turn_ids, at=at)
 
     def invalidate(
         self, item_id: str, *, reason: str = "no longer true", source: str | None = None,
@@ -298,15 +208,8 @@ class UserKnowledge(UserHandle):
     ) -> Item:
         """Mark an active item as no longer true: ``valid_to`` is set (``at``, default
         now) and nothing is erased; ``restore`` brings it back."""
-        item = self._require(item_id)
-        if not item.active:
-            raise InvalidInput(f"memory {item_id!r} is not active")
-        now = self._now()
-        when = max(self._when(at) or now, item.valid_from or "")
-        self._store.append([self._event("memory.invalidated", {
-            "changes": {"valid_to": when, "updated_at": now},
-            **_why(reason, source, turn_ids)}, subject_id=item.id, ts=now)])
-        return self._require(item.id)
+        return self._writer.invalidate(self.scope, item_id, reason=reason, source=source,
+                                       turn_ids=turn_ids, at=at)
 
     def restore(self, item_id: str, *, reason: str = "restored") -> Item:
         """Make a superseded or invalidated version active again (undo).
@@ -315,32 +218,7 @@ class UserKnowledge(UserHandle):
         version of the fact is active. Both changes are ledger events (``history``).
         An item that is already active is returned unchanged.
         """
-        item = self._require(item_id)
-        if item.active:
-            return item
-        now = self._now()
-        events = [self._event("memory.restored", {
-            "changes": {"valid_to": None, "superseded_by": None, "updated_at": now},
-            "reason": reason, "source": "user"}, subject_id=item.id, ts=now)]
-        successor = self._active_successor(item)
-        if successor is not None:
-            events.append(self._event("memory.invalidated", {
-                "changes": {"valid_to": max(now, successor.valid_from or ""),
-                            "updated_at": now},
-                "reason": f"{reason}: an earlier version is back", "source": "user",
-                "restored": item.id}, subject_id=successor.id, ts=now))
-        self._store.append(events)
-        return self._require(item.id)
-
-    def _active_successor(self, item: Item) -> Item | None:
-        seen, next_id = {item.id}, item.superseded_by
-        while next_id is not None and next_id not in seen:
-            seen.add(next_id)
-            found = self._store.get_item(self.user_id, next_id)
-            if found is None or found.active:
-                return found
-            next_id = found.superseded_by
-        return None
+        return self._writer.restore(self.scope, item_id, reason=reason)
 
     # knowledge: reads -------------------------------------------------------------
     def get(self, item_id: str, *, as_of: str | datetime | None = None) -> Item:
@@ -350,6 +228,7 @@ class UserKnowledge(UserHandle):
         and ``superseded_by`` say whether it was still true); ``NotFound`` if it was not
         known yet, or has been forgotten since.
         """
+        check_id(item_id, "item id")
         if as_of is None:
             return self._require(item_id)
         item = self._known_at(as_of)[1].get(item_id)
@@ -381,7 +260,9 @@ class UserKnowledge(UserHandle):
         """Find knowledge by keywords and meaning, best first.
 
         Filters apply before ranking. Each hit's ``why`` says how it ranked. Every item
-        returned gains +0.02 confidence and a use (``touch=False`` to only look).
+        returned that matched the query gains +0.02 confidence and a use, applied in the
+        background a moment later (``flush`` applies it now); ``touch=False`` to only
+        look.
 
         A time expression in the query ("last week", "in May 2023", "3 days ago") is
         resolved against the clock (or ``as_of``) into a window; items that became true
@@ -393,6 +274,8 @@ class UserKnowledge(UserHandle):
         ledger (``valid_from <= as_of < valid_to``), ranked by shared words; nothing is
         touched.
         """
+        check_query(query, self._memory.limits)
+        check_filters(context=context, sensitive=sensitive)
         if category is not None:
             check_choice("category", category, CATEGORIES)
         filters = ItemQuery(
@@ -451,6 +334,8 @@ class UserKnowledge(UserHandle):
         ``session_id`` conversations; ``time_from`` / ``time_to`` both (an item's
         ``created_at``, a turn's ``ts``). Items returned are touched as by ``search``.
         """
+        check_query(query, self._memory.limits)
+        check_filters(context=context, session_id=session_id)
         if category is not None:
             check_choice("category", category, CATEGORIES)
         searcher = self._searcher(time_mode)
@@ -474,24 +359,28 @@ class UserKnowledge(UserHandle):
         return hits
 
     def _recalled(self, hits: Sequence[Hit]) -> None:
-        if hits:
-            self._store.append([self._event(
-                "memory.recalled", {"ids": [h.id for h in hits], "boost": RECALL_BOOST})])
+        """Note the items a search returned for recall bookkeeping (applied later, off
+        the caller's path: ``domain.recall``). Only hits that matched the query's words
+        or meaning count; one listed only for a time window or by a reranker does not."""
+        self._memory.recalls.note(self.scope, [
+            hit.id for hit in hits if hit.item is not None
+            and any(key in hit.why for key in _MATCHED)])
 
     def by_category(self, category: str, *, limit: int | None = None) -> list[Item]:
         """Active items of one category, most recently updated first."""
         check_choice("category", category, CATEGORIES)
         return self._store.query_items(self.user_id, ItemQuery(category=category),
-                                       limit=limit)[0]
+                                       limit=check_optional_limit(limit))[0]
 
     def by_entity(self, entity: str, *, limit: int | None = None) -> list[Item]:
         """Active items linked to an entity (``type:name``)."""
         return self._store.query_items(self.user_id, ItemQuery(entity=clean_entity(entity)),
-                                       limit=limit)[0]
+                                       limit=check_optional_limit(limit))[0]
 
     def upcoming(self, days: float = 7) -> list[Item]:
         """Items due within ``days`` or overdue, not yet reminded (or reminded before
         their due date passed)."""
+        days = check_days(days)
         now = self._memory.clock()
         horizon = iso(now + timedelta(days=days))
         now_text = iso(now)
@@ -506,6 +395,7 @@ class UserKnowledge(UserHandle):
         replaced by (its lineage), oldest first, including after forgetting. Each
         entry's payload says what changed, ``source`` (who or what: user, llm_extract,
         reconcile…), ``turn_ids`` (the turns it came from) and ``reason`` (why)."""
+        check_id(item_id, "item id")
         by_item = lineage(self._store, self.user_id, item_id)
         if not by_item.get(item_id):
             raise NotFound(f"no memory {item_id!r}")
@@ -529,10 +419,9 @@ class UserKnowledge(UserHandle):
         include_superseded: bool = False,
     ) -> dict[str, Any]:
         """A page of items with the total matching: ``{"items", "total", "offset", "limit"}``."""
+        check_filters(context=context, sensitive=sensitive, sort=sort, offset=offset)
         if order not in ("asc", "desc"):
             raise InvalidInput("order must be 'asc' or 'desc'")
-        if offset < 0:
-            raise InvalidInput("offset must be ≥ 0")
         if category is not None:
             check_choice("category", category, CATEGORIES)
         if source is not None:
@@ -547,24 +436,3 @@ class UserKnowledge(UserHandle):
         except ValueError as exc:
             raise InvalidInput(str(exc)) from exc
         return {"items": items, "total": total, "offset": offset, "limit": limit}
-
-
-def _why(reason: str, source: str | None, turn_ids: Sequence[str] | None) -> dict[str, Any]:
-    """Provenance for a ledger entry: why, who or what, and from which turns."""
-    why: dict[str, Any] = {"reason": reason}
-    if source:
-        why["source"] = source
-    if turn_ids:
-        why["turn_ids"] = list(turn_ids)
-    return why
-
-
-def _dedup_terms(text: str) -> list[str]:
-    """Words a near-duplicate must contain at least one of.
-
-    An item holding more than 80% of this text's words misses fewer than a fifth of
-    them, so it contains one of any ``⌈n/5⌉ + 1`` of them; the longest are chosen, as
-    longer words are rarer and make the keyword query cheap.
-    """
-    terms = sorted(query_terms(text, max_terms=512), key=lambda w: (-len(w), w))
-    return terms[: max(3, len(terms) // 5 + 2)]

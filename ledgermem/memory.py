@@ -13,7 +13,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .clock import Clock, system_clock
+from .clock import Clock, DateOrder, check_date_order, iso, parse_when, system_clock
+from .domain.recall import RecallWorker
+from .domain.writer import ItemWriter
 from .errors import ConfigError, InvalidInput
 from .handle import TIME_MODES, TimeMode
 from .pipeline.extraction import ExtractionOptions, ExtractionWorker
@@ -25,6 +27,7 @@ from .retrieval.hybrid import Searcher, SearchOptions
 from .store.base import Store
 from .types import Scope
 from .user_memory import UserMemory
+from .validation import Limits, check_limits, check_scope
 
 __all__ = ["TIME_MODES", "Memory", "TimeMode", "UserMemory", "default_path"]
 
@@ -38,8 +41,12 @@ def default_path() -> Path:
     return user_data_path("ledgermem", appauthor=False) / "memory.db"
 
 
-def open_store(url: str | Path | None) -> Store:
-    """A store for a URL: ``sqlite:///path``, a plain file path, or ``postgresql://…``."""
+def open_store(url: str | Path | None, *, create: bool = True) -> Store:
+    """A store for a URL: ``sqlite:///path``, a plain file path, or ``postgresql://…``.
+
+    ``create=False`` refuses a SQLite file that does not exist (``InvalidInput``)
+    instead of creating an empty store: for readers, and the source of a copy.
+    """
     if url is None:
         url = default_path()
     text = str(url)
@@ -60,7 +67,7 @@ def open_store(url: str | Path | None) -> Store:
         raise ConfigError(f"unsupported database URL {text!r}: use sqlite:/// or postgresql://")
     from .store.sqlite import SQLiteStore
 
-    return SQLiteStore(text)
+    return SQLiteStore(text, create=create)
 
 
 class Memory:
@@ -73,12 +80,20 @@ class Memory:
             normal mode: turns are kept, verbatim writes work, LLM steps are skipped
             and say so in ``UserMemory.status()``).
         clock: the time source (inject one in tests).
+        date_order: how numeric dates such as ``5/12/2026`` are read: ``"DMY"``,
+            ``"MDY"`` or ``"YMD"``; None (the default) refuses one that reads two ways.
         search: tuning of hybrid search.
         extraction: tuning of extraction (``ExtractionOptions``).
         extraction_instructions: what extraction should keep, replacing the default
             (durable facts about the user; nothing about what the assistant did).
         maintenance: caps and thresholds of ``maintain`` (``MaintenanceOptions``).
         maintain_on_start: run ``maintain()`` for every user in a background thread now.
+        dedup: whether ``remember`` refreshes the item a text restates instead of
+            adding a copy (each call can say otherwise with ``dedup=``).
+        recall_interval_s: how often the items searches returned get their recall
+            bookkeeping (+0.02 confidence, a use), batched per user and item.
+        limits: the longest query and turn accepted (``Limits``; default 10,000 and
+            100,000 characters); longer ones are ``InvalidInput``.
 
     Example:
         >>> mem = Memory.open("memory.db")            # doctest: +SKIP
@@ -93,16 +108,27 @@ class Memory:
         embedder: Any = None,
         llm: LLM | None = None,
         clock: Clock = system_clock,
+        date_order: DateOrder | None = None,
         search: SearchOptions | None = None,
         extraction: ExtractionOptions | None = None,
         extraction_instructions: str | None = None,
         maintenance: MaintenanceOptions | None = None,
         maintain_on_start: bool = False,
+        dedup: bool = True,
+        recall_interval_s: float = 2.0,
+        limits: Limits | None = None,
     ) -> None:
         self.store = store
+        self.limits = check_limits(limits)
+        """Size limits on queries and turns (``validation.Limits``)."""
         self.embedder = embedder
         self.llm = llm
         self.clock = clock
+        self.date_order = check_date_order(date_order)
+        self.writer = ItemWriter(store, clock, self._when, self._written, dedup=dedup)
+        """The one write path for knowledge items (``domain.writer``)."""
+        self.recalls = RecallWorker(store, clock, interval_s=recall_interval_s)
+        """Recall bookkeeping, applied in the background (``domain.recall``)."""
         self.searcher = Searcher(store, embedder=embedder, options=search or SearchOptions())
         self._embedding: EmbeddingWorker | None = None
         if embedder is not None:
@@ -153,8 +179,9 @@ class Memory:
             raise
 
     def flush(self) -> int:
-        """Finish pending background work: extraction first (it writes items), then
-        embedding. Returns rows embedded."""
+        """Finish pending background work: recall bookkeeping, extraction (it writes
+        items), then embedding. Returns rows embedded."""
+        self.recalls.flush()
         if self._extraction is not None:
             self._extraction.flush()
         return self._embedding.flush() if self._embedding else 0
@@ -163,6 +190,10 @@ class Memory:
         """Embed now every row still waiting for a vector (extraction does this before
         it looks for related items, so it sees the newest ones); returns rows embedded."""
         return self._embedding.flush() if self._embedding else 0
+
+    def _when(self, value: str | datetime | None) -> str | None:
+        return None if value is None else iso(parse_when(value, now=self.clock(),
+                                                         date_order=self.date_order))
 
     def _written(self) -> None:
         if self._embedding is not None:
@@ -202,7 +233,7 @@ class Memory:
             raise InvalidInput("user_id must be a non-empty string")
         if not isinstance(context, str) or not context.strip():
             raise InvalidInput("context must be a non-empty string")
-        return UserMemory(self, Scope(user_id, agent_id, session_id, context))
+        return UserMemory(self, check_scope(Scope(user_id, agent_id, session_id, context)))
 
     def rebuild(self) -> None:
         """Re-derive every view and index from the ledger."""
@@ -216,6 +247,7 @@ class Memory:
             self._maintainer.join(timeout=10)
         if self._embedding is not None:
             self._embedding.close()
+        self.recalls.close()
         self.store.close()
 
     def __enter__(self) -> Memory:

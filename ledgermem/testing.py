@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .providers.embedders import BaseEmbedder
+from .providers.embedders import BaseEmbedder, register_embedder
 from .retrieval.keyword import query_terms
 
 __all__ = ["HashEmbedder", "Reply", "ScriptedLLMServer", "ScriptedRequest"]
@@ -49,6 +49,11 @@ class HashEmbedder(BaseEmbedder):
                     sign = 1.0 if digest[4] & 1 else -1.0
                     out[row, slot] += sign
         return out
+
+
+# Test code registers itself: importing this module makes ``hash`` / ``hash:DIMS`` a
+# name ``embedder_from_name`` and the CLI's ``--embedder`` accept.
+register_embedder("hash", HashEmbedder)
 
 
 Entry = Any

@@ -22,6 +22,9 @@ The export format (version 1) is UTF-8 JSON Lines, ASCII-escaped, one object a l
 4. an end record: ``{"type": "end", "events": …, "vectors": …}``, the exact counts
    written. An import without it, or whose counts differ, fails: the file was cut.
 
+``export_jsonl(users=[…])`` writes only those users' events and vectors (a per-user
+export); its header counts only them.
+
 An import or migration runs in one transaction on the destination: it lands whole
 or not at all. It refuses a user who already has a ledger in the destination (two
 histories cannot be merged) and a destination that records another embedding model.
@@ -33,15 +36,15 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import asdict
 from typing import IO, Any, Literal, cast, get_args
 
 import numpy as np
 
-from .errors import InvalidInput, SchemaMismatch, StorageError
-from .store.base import Store, Table, Vector
-from .types import Event
+from .errors import InvalidInput, NotFound, SchemaMismatch, StorageError
+from .store.base import Store, Table, TurnQuery, Vector
+from .types import Event, ItemQuery
 
 __all__ = ["FORMAT", "VERSION", "Progress", "export_jsonl", "import_jsonl", "migrate"]
 
@@ -66,8 +69,9 @@ _EVENT_FIELDS = ("id", "ts", "user_id", "kind", "payload", "agent_id", "session_
 
 
 # reading a store ----------------------------------------------------------------------
-def _header(store: Store) -> dict[str, Any]:
-    totals = store.user_counts().values()
+def _header(store: Store, users: Collection[str] | None = None) -> dict[str, Any]:
+    counts = store.user_counts()
+    totals = [c for user, c in counts.items() if users is None or user in users]
     dims = store.get_meta("embedding_dimensions")
     return {"format": FORMAT, "version": VERSION,
             "embedding_model": store.get_meta("embedding_model"),
@@ -84,12 +88,31 @@ def _records(store: Store) -> Iterator[dict[str, Any]]:
         for _, event in page:
             yield {"type": "event", **asdict(event)}
         seq = page[-1][0]
+    yield from _vector_records(store)
+
+
+def _user_records(store: Store, users: Collection[str]) -> Iterator[dict[str, Any]]:
+    """The events of ``users`` (each user's in ledger order), then their vectors."""
+    ids: set[str] = set()
+    for user in sorted(set(users)):
+        for event in store.events(user):
+            yield {"type": "event", **asdict(event)}
+        items, _ = store.query_items(user, ItemQuery(include_superseded=True))
+        ids.update(item.id for item in items)
+        ids.update(turn.id for turn in store.query_turns(user, TurnQuery()))
+    yield from _vector_records(store, ids)
+
+
+def _vector_records(store: Store, ids: Collection[str] | None = None
+                    ) -> Iterator[dict[str, Any]]:
+    """Every stored vector (only those of rows in ``ids`` when given)."""
     for table in TABLES:
         last = ""
         while rows := store.stored_embeddings(table, last, PAGE):
             for row_id, text, vector, model in rows:
-                yield {"type": "vector", "table": table, "id": row_id, "text": text,
-                       "model": model, "vector": _encode(vector)}
+                if ids is None or row_id in ids:
+                    yield {"type": "vector", "table": table, "id": row_id, "text": text,
+                           "model": model, "vector": _encode(vector)}
             last = rows[-1][0]
 
 
@@ -237,15 +260,28 @@ def _write(store: Store, header: dict[str, Any], records: Iterable[tuple[str, An
 
 
 # public API ---------------------------------------------------------------------------
-def export_jsonl(store: Store, fileobj: IO[str], *, progress: Progress | None = None) -> int:
+def export_jsonl(store: Store, fileobj: IO[str], *, users: Collection[str] | None = None,
+                 progress: Progress | None = None) -> int:
     """Write every user's ledger and every stored vector of ``store`` to ``fileobj``
-    in the export format (see the module's docstring). Returns the events written."""
-    header = _header(store)
+    in the export format (see the module's docstring). Returns the events written.
+
+    Args:
+        users: export only these users' ledgers and vectors (None: everyone).
+
+    Raises:
+        NotFound: one of ``users`` has no ledger in ``store``.
+    """
+    if users is not None:
+        users = set(users)
+        missing = sorted(users - set(store.user_ids()))
+        if missing:
+            raise NotFound(f"no ledger for user {', '.join(map(repr, missing))} in {store.url}")
+    header = _header(store, users)
     totals: dict[Phase, int | None] = dict(header["counts"])
     done: dict[Phase, int] = {"events": 0, "vectors": 0}
     write = fileobj.write
     write(json.dumps(header, separators=(",", ":")) + "\n")
-    for record in _records(store):
+    for record in _records(store) if users is None else _user_records(store, users):
         phase: Phase = "events" if record["type"] == "event" else "vectors"
         write(json.dumps(record, separators=(",", ":")) + "\n")
         done[phase] += 1

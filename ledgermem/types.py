@@ -92,6 +92,10 @@ class Item:
     last_used_at: str | None = None
     use_count: int = 0
     metadata: dict[str, Any] = field(default_factory=dict)
+    written: Literal["added", "merged"] | None = field(default=None, compare=False,
+                                                          repr=False)
+    """Set on what ``remember`` returns: ``added`` (a new item) or ``merged`` (the text
+    restated this existing item, which was refreshed instead). Not stored."""
 
     @property
     def active(self) -> bool:

@@ -7,6 +7,7 @@ get, search, search_all…) → ``UserHandle`` (``handle.py``: scope and plumbin
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -18,7 +19,23 @@ from .knowledge import UserKnowledge
 from .pipeline.maintenance import maintain_user
 from .store.base import TurnQuery
 from .types import Hit, ToolCall, Turn
-from .validation import ROLES, check_choice, check_limit, check_text, json_object
+from .validation import (
+    ROLES,
+    check_choice,
+    check_confidence,
+    check_days,
+    check_filters,
+    check_limit,
+    check_name,
+    check_number,
+    check_optional_limit,
+    check_optional_name,
+    check_optional_text,
+    check_query,
+    check_turn_content,
+    check_turns,
+    json_object,
+)
 
 __all__ = ["UserMemory"]
 
@@ -56,19 +73,25 @@ class UserMemory(UserKnowledge):
         With ``infer=True`` the turns are also queued for extraction: a background
         worker asks the LLM what to remember from them (``flush()`` waits for it); this
         call returns at once. Without an LLM the turns are kept and wait in the queue.
+
+        Raises:
+            InvalidInput: an unknown role, empty content or content longer than
+                ``Limits.max_turn_chars``, an unreadable ``at``, metadata that is not a
+                JSON object, or text no store can keep (NUL, lone surrogates); nothing
+                is stored then.
         """
-        session = session_id or self.scope.session_id or f"{self.user_id}:default"
+        session = check_optional_name(session_id, "session_id") or self.scope.session_id \
+            or f"{self.user_id}:default"
+        limits = self._memory.limits
         batch = new_id() if infer else None
         events = []
-        for turn in turns:
+        for turn in check_turns(turns):
             role = check_choice("role", turn.get("role"), ROLES)
-            content = turn.get("content")
-            if not isinstance(content, str) or not content.strip():
-                raise InvalidInput("a turn's content must be non-empty text")
-            check_text(content)
+            content = check_turn_content(turn.get("content"), limits)
             at = self._when(turn.get("at")) or self._now()
-            payload = {"role": role, "content": content, "name": turn.get("name"), "at": at,
-                       "metadata": json_object(dict(turn.get("metadata") or {}), "metadata")}
+            payload = {"role": role, "content": content, "at": at,
+                       "name": check_optional_name(turn.get("name"), "a turn's name"),
+                       "metadata": json_object(turn.get("metadata"), "metadata")}
             if batch:
                 payload["extract"] = batch
             events.append(self._event(f"turn.{role}", payload, session_id=session))
@@ -81,10 +104,10 @@ class UserMemory(UserKnowledge):
     def session_history(self, session_id: str | None = None, *, limit: int | None = None
                         ) -> list[Turn]:
         """The last ``limit`` turns of a session, oldest first."""
-        session = session_id or self.scope.session_id or f"{self.user_id}:default"
+        session = check_optional_name(session_id, "session_id") or self.scope.session_id \
+            or f"{self.user_id}:default"
         turns = self._store.query_turns(self.user_id, TurnQuery(session_id=session),
-                                        descending=True,
-                                        limit=None if limit is None else check_limit(limit))
+                                        descending=True, limit=check_optional_limit(limit))
         return turns[::-1]
 
     def search_conversations(
@@ -102,6 +125,9 @@ class UserMemory(UserKnowledge):
         A time expression in the query ("yesterday", "last week") boosts or filters the
         turns inside the window it names, as ``search``'s ``time_mode`` says.
         """
+        if query is not None:
+            check_query(query, self._memory.limits)
+        check_filters(session_id=session_id)
         filters = TurnQuery(session_id=session_id, time_from=self._when(time_from),
                             time_to=self._when(time_to))
         limit = check_limit(limit)
@@ -126,32 +152,53 @@ class UserMemory(UserKnowledge):
         name: str,
         arguments: Mapping[str, Any] | None = None,
         *,
-        success: bool = True,
+        success: bool | None = None,
         duration_ms: float | None = None,
         error: str | None = None,
         session_id: str | None = None,
         learn_error: bool = True,
     ) -> ToolCall:
         """Record one tool call of the host agent. A failure also becomes ``error``
-        knowledge (source ``error_auto``) unless ``learn_error=False``."""
+        knowledge (source ``error_auto``) unless ``learn_error=False``.
+
+        An ``error`` means the call failed: ``success`` defaults to whether ``error`` is
+        None, and ``success=True`` with an ``error`` is refused as a contradiction.
+
+        Raises:
+            InvalidInput: no name, arguments that are not a JSON object, a negative or
+                non-finite ``duration_ms``, ``success=True`` with an ``error``, or text
+                no store can keep.
+        """
         if not isinstance(name, str) or not name.strip():
             raise InvalidInput("a tool call needs a name")
+        check_name(name, "a tool's name")
+        error = check_optional_text(error, "error", self._memory.limits.max_turn_chars)
+        if success is None:
+            success = error is None
+        elif not isinstance(success, bool):
+            raise InvalidInput(f"success must be True, False or None, not {success!r:.60}")
+        elif success and error is not None:
+            raise InvalidInput("a tool call that succeeded has no error; pass success=False "
+                               "(or leave success out) with an error")
+        if duration_ms is not None:
+            duration_ms = check_number(duration_ms, "duration_ms", 0, math.inf)
         event = self._event("tool.called", {
-            "name": name, "arguments": json_object(dict(arguments or {}), "arguments"),
-            "success": bool(success),
-            "duration_ms": duration_ms, "error": error}, session_id=session_id)
+            "name": name, "arguments": json_object(arguments, "arguments"),
+            "success": success, "duration_ms": duration_ms, "error": error},
+            session_id=check_optional_name(session_id, "session_id"))
         with self._store.transaction():
             self._store.append([event])
             if not success and learn_error:
                 self.remember(f"Tool {name} failed: {error or 'unknown error'}", "error",
                               source="error_auto", entity=f"tool:{name}")
         return ToolCall(id=event.id, user_id=self.user_id, name=name,
-                        arguments=event.payload["arguments"], success=bool(success), ts=event.ts,
+                        arguments=event.payload["arguments"], success=success, ts=event.ts,
                         duration_ms=duration_ms, error=error, session_id=event.session_id,
                         agent_id=event.agent_id)
 
     def tool_errors(self, *, name: str | None = None, limit: int = 20) -> list[ToolCall]:
         """Failed tool calls, newest first."""
+        check_filters(name=name)
         return self._store.query_tool_calls(self.user_id, name=name, success=False,
                                             limit=check_limit(limit))
 
@@ -212,7 +259,7 @@ class UserMemory(UserKnowledge):
 
     def activity_timeline(self, days: int = 30) -> list[dict[str, Any]]:
         """Events per day and kind over the last ``days``."""
-        since = iso(self._memory.clock() - timedelta(days=days))
+        since = iso(self._memory.clock() - timedelta(days=check_days(days)))
         return [{"day": d, "kind": k, "count": c} for d, k, c in
                 self._store.activity(self.user_id, since)]
 
@@ -247,9 +294,10 @@ class UserMemory(UserKnowledge):
         An item decays at most once per ``unused_days``, however often this runs.
         Returns how many items decayed.
         """
-        if not isinstance(factor, int | float) or not 0 < factor <= 1:
-            raise InvalidInput(f"decay factor must be in (0, 1], not {factor!r}")
-        cutoff = iso(self._memory.clock() - timedelta(days=unused_days))
+        if check_number(factor, "decay factor", 0, 1) == 0:
+            raise InvalidInput("decay factor must be in (0, 1], not 0")
+        cutoff = iso(self._memory.clock() - timedelta(days=check_days(unused_days,
+                                                                      "unused_days")))
         recent = {i for e in self._store.events(self.user_id, kinds=["memory.decayed"],
                                                  since=cutoff) for i in e.payload["ids"]}
         ids = [i for i, _ in self._store.stale_items(self.user_id, cutoff) if i not in recent]
@@ -259,8 +307,14 @@ class UserMemory(UserKnowledge):
 
     def prune(self, days: int = 90, *, min_confidence: float = 0.1) -> dict[str, int]:
         """Drop turns and tool calls older than ``days``, and items below
-        ``min_confidence`` unused that long. The ledger keeps the events."""
-        cutoff = iso(self._memory.clock() - timedelta(days=days))
+        ``min_confidence`` unused that long. The ledger keeps the events.
+
+        Raises:
+            InvalidInput: ``days`` negative or beyond ``MAX_DAYS``, or ``min_confidence``
+                outside 0–1.
+        """
+        min_confidence = check_confidence(min_confidence)
+        cutoff = iso(self._memory.clock() - timedelta(days=check_days(days)))
         found = self._store.prunable(self.user_id, cutoff, min_confidence)
         if any(found.values()):
             self._store.append([self._event("memory.pruned", found)])

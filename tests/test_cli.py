@@ -1,10 +1,16 @@
 """The ``ledgermem`` command end to end on a real file: every knowledge command, JSON
 output, exit codes (2 bad input, 3 not found), and recall's --conversations, --all and
---time-mode."""
+--time-mode.
+
+Each command is a process of its own in real use, so a command that writes waits for
+the embedding of what it wrote: what one command wrote is searchable by meaning in the
+next, never only when a background thread happened to finish before the process ended.
+"""
 
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +41,7 @@ def test_remember_recall_list_history_forget(db: str) -> None:
                   "--entity", "person:ann")
     as_json(db, "remember", "Ann's flight to Lisbon leaves on Friday")
     hits = as_json(db, "recall", "green tea")
-    assert [h["item"]["id"] for h in hits] == [tea["id"]]
+    assert hits[0]["item"]["id"] == tea["id"]
     assert hits[0]["why"]["keyword_rank"] == 1
     page = as_json(db, "list", "--category", "preference")
     assert page["total"] == 1 and page["items"][0]["entity"] == "person:ann"
@@ -44,6 +50,28 @@ def test_remember_recall_list_history_forget(db: str) -> None:
     assert as_json(db, "forget", tea["id"]) == {"forgotten": tea["id"]}
     assert tea["id"] not in {h["item"]["id"] for h in as_json(db, "recall", "green tea")}
     assert as_json(db, "stats")["items"] == 1
+
+
+def test_what_a_command_wrote_has_its_vector_when_the_command_returns(db: str) -> None:
+    def embedded(table: str, row_id: str) -> bool:
+        with sqlite3.connect(db) as conn:
+            return bool(conn.execute(f"SELECT embedding IS NOT NULL FROM {table} WHERE id = ?",
+                                     [row_id]).fetchone()[0])
+
+    item = as_json(db, "remember", "Ann's flight to Lisbon leaves on Friday")
+    assert embedded("knowledge", item["id"])
+    turn = as_json(db, "add-turn", "I packed the green raincoat", "--session", "s1")
+    assert embedded("conversations", turn["id"])
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "vector candidates have no similarity floor (retrieval/hybrid.py, issue 9 §4): an "
+    "unrelated item that has a vector comes back, at the bottom; remove this mark when "
+    "the floor lands"))
+def test_recall_leaves_out_an_item_that_shares_nothing_with_the_query(db: str) -> None:
+    tea = as_json(db, "remember", "Ann prefers green tea")
+    as_json(db, "remember", "Ann's flight to Lisbon leaves on Friday")
+    assert [h["item"]["id"] for h in as_json(db, "recall", "green tea")] == [tea["id"]]
 
 
 def test_users_are_kept_apart(db: str) -> None:
@@ -68,6 +96,7 @@ def test_bad_input_exits_2_and_stores_nothing(db: str) -> None:
 
 
 def test_unknown_ids_exit_3(db: str) -> None:
+    run(db, "remember", "Ann prefers green tea")
     assert "no memory" in run(db, "forget", "nope", code=3).stderr
     run(db, "history", "nope", code=3)
 

@@ -140,6 +140,7 @@ def test_activity_timeline_counts_events_per_day_and_kind(alice: UserMemory,
     clock.advance(days=1)
     alice.remember("Day two fact")
     alice.search("fact")
+    alice.flush()
     assert alice.activity_timeline() == [
         {"day": "2026-06-01", "kind": "memory.added", "count": 1},
         {"day": "2026-06-01", "kind": "turn.assistant", "count": 1},

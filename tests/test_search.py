@@ -135,10 +135,12 @@ def test_each_recalled_item_gains_confidence_and_a_use(
     clock.advance(days=1)
     hits = alice.search("sarah")
     assert ids(hits) == {teas["sarah"].id}
+    alice.flush()  # recall bookkeeping is applied in the background; flush applies it now
     recalled = alice.get(teas["sarah"].id)
     assert recalled.confidence == pytest.approx(0.82)
     assert (recalled.use_count, recalled.last_used_at) == (1, clock.iso())
     alice.search("sarah")
+    alice.flush()
     assert alice.get(teas["sarah"].id).confidence == pytest.approx(0.84)
     assert alice.get(teas["sarah"].id).use_count == 2
     assert alice.get(unrelated.id) == unrelated
@@ -148,8 +150,10 @@ def test_each_recalled_item_gains_confidence_and_a_use(
 def test_recall_boost_is_capped_at_one(alice: UserMemory) -> None:
     item = alice.remember("Certain fact about kites", confidence=0.99)
     alice.search("kites")
+    alice.flush()
     assert alice.get(item.id).confidence == 1.0
     alice.search("kites")
+    alice.flush()
     assert alice.get(item.id).confidence == 1.0
 
 
@@ -165,10 +169,32 @@ def test_search_records_one_recall_event_naming_the_hits(
         mem: Memory, alice: UserMemory, teas: dict[str, Item]) -> None:
     events = alice.stats()["events"]
     hits = alice.search("green tea")
+    again = alice.search("green tea")
+    alice.flush()
+    # Coalesced: two searches in one interval are one event, one use per item.
     assert alice.stats()["events"] == events + 1
     recalls = mem.store.events("alice", kinds=["memory.recalled"])
     assert len(recalls) == 1
-    assert set(recalls[0].payload["ids"]) == ids(hits) == {i.id for i in teas.values()}
+    assert set(recalls[0].payload["ids"]) == ids(hits) == ids(again) == {
+        i.id for i in teas.values()}
+    assert {alice.get(i.id).use_count for i in teas.values()} == {1}
+
+
+def test_a_query_that_matches_nothing_reinforces_nothing(
+        mem: Memory, alice: UserMemory, teas: dict[str, Item]) -> None:
+    before = {i.id: alice.get(i.id) for i in teas.values()}
+    alice.search("zxqv qqqq blorf")
+    alice.flush()
+    assert {i: alice.get(i) for i in before} == before
+    assert mem.store.events("alice", kinds=["memory.recalled"]) == []
+
+
+def test_recalls_of_a_forgotten_user_leave_no_trace(mem: Memory, alice: UserMemory,
+                                                    teas: dict[str, Item]) -> None:
+    alice.search("green tea")
+    alice.forget_user()
+    alice.flush()
+    assert mem.store.events("alice") == []
 
 
 def test_search_rejects_bad_filters(alice: UserMemory, teas: dict[str, Item]) -> None:

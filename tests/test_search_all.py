@@ -80,9 +80,11 @@ def test_filters_apply_to_their_own_kind(alice: UserMemory, kayak: dict[str, str
 def test_only_the_items_returned_are_recalled(alice: UserMemory,
                                              kayak: dict[str, str]) -> None:
     hits = alice.search_all("kayak", top_k=10)
+    alice.flush()
     assert all(alice.get(h.id).use_count == 1 for h in hits if h.item)
     assert alice.get(kayak["tea"]).use_count == 0
     alice.search_all("kayak", top_k=10, touch=False)
+    alice.flush()
     assert alice.get(kayak["fact"]).use_count == 1
 
 

@@ -44,7 +44,8 @@ def test_update_changes_only_the_given_field_and_sets_updated_at(
     updated = alice.update(item.id, **{field: value})  # type: ignore[arg-type]
     assert getattr(updated, field) == expected
     assert updated.updated_at == clock.iso() != item.updated_at
-    untouched = {f.name for f in dataclasses.fields(Item)} - {field, "updated_at", "reminded_at"}
+    untouched = {f.name for f in dataclasses.fields(Item)} - {field, "updated_at", "reminded_at",
+                                                                 "written"}
     for name in untouched:
         assert getattr(updated, name) == getattr(item, name), name
     assert alice.get(item.id) == updated

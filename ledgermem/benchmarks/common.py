@@ -1,13 +1,20 @@
-"""What the benchmarks share: a settable clock, percentiles, progress bars."""
+"""What the benchmarks share: a settable clock, percentiles, progress bars, and
+reading a data file whose shape is checked before a run starts."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-__all__ = ["ManualClock", "percentiles", "progress"]
+from ..errors import InvalidInput
+
+__all__ = ["ManualClock", "percentiles", "progress", "read_entries", "require"]
 
 
 class ManualClock:
@@ -37,3 +44,41 @@ def progress(quiet: bool = False) -> Progress:
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), console=Console(stderr=True), disable=quiet,
                     transient=False)
+
+
+def read_entries(path: str | Path, what: str) -> list[dict[str, Any]]:
+    """The entries of a benchmark file: a JSON array of objects.
+
+    Raises:
+        InvalidInput: the file is missing or unreadable, not UTF-8 JSON, or not an
+            array of objects (the message says which entry and what is wrong).
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise InvalidInput(f"cannot read the {what} file {str(path)!r}: {reason}") from exc
+    try:
+        entries = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"{path} is not JSON ({exc.msg} at line {exc.lineno}); a "
+                           f"{what} file is a JSON array") from exc
+    if not isinstance(entries, list):
+        raise InvalidInput(f"{path} is not a {what} file: it holds a JSON "
+                           f"{type(entries).__name__}, not an array")
+    for number, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise InvalidInput(f"{path}: entry {number} is not a JSON object")
+    return entries
+
+
+def require(entry: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str
+          ) -> Any:
+    """``entry[key]`` when it is of ``kind``; InvalidInput naming ``where`` otherwise."""
+    value = entry.get(key)
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        names = kind if isinstance(kind, tuple) else (kind,)
+        expected = " or ".join({"str": "text", "list": "an array", "dict": "an object",
+                                "int": "a number"}.get(k.__name__, k.__name__) for k in names)
+        raise InvalidInput(f"{where}: {key!r} must be {expected}, not {value!r:.60}")
+    return value

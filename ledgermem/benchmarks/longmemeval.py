@@ -14,7 +14,6 @@ log₂ i``), averaged over questions.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import tempfile
@@ -28,7 +27,7 @@ from typing import Any, Literal
 from ..errors import InvalidInput
 from ..memory import Memory, UserMemory
 from ..retrieval.hybrid import SearchOptions
-from .common import ManualClock, percentiles, progress
+from .common import ManualClock, percentiles, progress, read_entries, require
 
 __all__ = ["add_haystack", "gold_keys", "longmemeval_date", "run_longmemeval", "score_ranking",
            "turn_key"]
@@ -47,6 +46,27 @@ def longmemeval_date(text: str) -> datetime:
         except ValueError:
             continue
     raise InvalidInput(f"cannot read a LongMemEval date from {text!r}")
+
+
+def _check_question(question: dict[str, Any], where: str) -> None:
+    """Refuse, before the run starts, a question missing what the run reads."""
+    require(question, "question_id", (str, int), where)
+    if str(question["question_id"]).endswith("_abs"):
+        return
+    require(question, "question", str, where)
+    longmemeval_date(require(question, "question_date", str, where))
+    ids = require(question, "haystack_session_ids", list, where)
+    dates = require(question, "haystack_dates", list, where)
+    sessions = require(question, "haystack_sessions", list, where)
+    if not len(ids) == len(dates) == len(sessions):
+        raise InvalidInput(f"{where}: haystack_session_ids, haystack_dates and "
+                           "haystack_sessions must be as long as each other")
+    for session_id, date, turns in zip(ids, dates, sessions, strict=True):
+        if not isinstance(session_id, str) or not isinstance(date, str):
+            raise InvalidInput(f"{where}: session ids and dates must be text")
+        longmemeval_date(date)
+        if not isinstance(turns, list) or not all(isinstance(t, dict) for t in turns):
+            raise InvalidInput(f"{where}: session {session_id!r} is not an array of turns")
 
 
 def turn_key(session_id: str, turn_index: int) -> str:
@@ -130,7 +150,9 @@ def run_longmemeval(
     """
     if granularity not in ("session", "turn"):
         raise InvalidInput(f"granularity must be 'session' or 'turn', not {granularity!r}")
-    questions: list[dict[str, Any]] = json.loads(Path(data).read_text())[:limit_questions]
+    questions = read_entries(data, "LongMemEval")[:limit_questions]
+    for number, question in enumerate(questions):
+        _check_question(question, f"{data}: question {number}")
     clock = ManualClock()
     top = max(ks)
     rows: list[tuple[str, dict[str, float]]] = []

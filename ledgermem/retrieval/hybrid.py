@@ -14,6 +14,7 @@ from typing import Any, Literal
 from ..errors import InvalidInput
 from ..store.base import MatchMode, Store, TurnQuery
 from ..types import Hit, Item, ItemQuery, Turn
+from .embedding import embed_query, query_truncated
 from .fusion import rrf
 from .keyword import STOPWORDS, query_terms
 from .rerank import Reranker, rerank
@@ -101,7 +102,7 @@ class Searcher:
                 # one-word match above them.
                 ranked["all_terms"] = every
         if self.options.mode != "keyword" and self.embedder is not None and query.strip():
-            ranked["vector"] = vector(self.embedder.embed_query(query), pool)
+            ranked["vector"] = vector(embed_query(self.embedder, query), pool)
         return ranked
 
     def _keyword(self, terms: list[str], every: list[tuple[str, float]], search: Any,
@@ -214,6 +215,9 @@ class Searcher:
                 fused, why = self._fuse(ranked, ranks_only={"time": inside})
             for reasons in why.values():
                 reasons.update(window_why(window))
+        if "vector" in ranked and query_truncated(self.embedder, query):
+            for reasons in why.values():    # the embedder read only the query's start
+                reasons["query_truncated"] = True
         if not fused:
             return []
         reranker = self.options.reranker

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..errors import InvalidInput
+
 __all__ = ["CATEGORY_IMPORTANCE", "SalienceWeights", "salience"]
 
 CATEGORY_IMPORTANCE = {
@@ -32,11 +34,16 @@ class SalienceWeights:
     half_life_days: float = 30.0
 
     def __post_init__(self) -> None:
+        values = (self.recency, self.importance, self.confidence, self.half_life_days)
+        if any(isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)
+               for v in values):
+            raise InvalidInput(f"salience weights and half_life_days must be finite "
+                               f"numbers, not {values!r}")
         total = self.recency + self.importance + self.confidence
         if min(self.recency, self.importance, self.confidence) < 0 or total > 1:
-            raise ValueError("salience weights must be ≥ 0 and sum to at most 1")
+            raise InvalidInput("salience weights must be ≥ 0 and sum to at most 1")
         if self.half_life_days <= 0:
-            raise ValueError("half_life_days must be positive")
+            raise InvalidInput("half_life_days must be positive")
 
 
 def salience(

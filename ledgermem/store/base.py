@@ -55,6 +55,10 @@ class Store(Protocol):
     def transaction(self) -> AbstractContextManager[None]:
         """Group several ``append`` calls into one atomic write (nests)."""
 
+    def writing_for(self, user_id: str) -> AbstractContextManager[None]:
+        """A ``transaction`` in which no other writer changes ``user_id``'s rows, so a
+        check read inside it still holds when the write that depends on it lands."""
+
     def events(
         self,
         user_id: str,

@@ -43,6 +43,7 @@ from psycopg.types import TypeInfo
 from psycopg_pool import ConnectionPool
 
 from ..clock import iso, system_clock
+from ..domain.projection import changes_text
 from ..errors import InvalidInput, SchemaMismatch, StorageError
 from ..types import Event, ItemQuery
 from .base import MatchMode, Store, Table, TurnQuery, Vector
@@ -67,6 +68,9 @@ Conn = psycopg.Connection[tuple[Any, ...]]
 
 MIGRATION_LOCK = 0x6C65646765726D
 """``pg_advisory_xact_lock`` key serialising schema changes between openers."""
+USER_LOCK = 0x6C6D
+"""First key of the ``pg_advisory_xact_lock(USER_LOCK, hashtext(user_id))`` that
+serialises planned writes of one user (``writing_for``)."""
 
 EXACT_SEARCH_LIMIT = 10_000
 """Up to this many candidate vectors a search is exact; beyond it, HNSW."""
@@ -143,7 +147,8 @@ class _VectorBinary(Loader):
         return np.frombuffer(data, dtype=">f4", offset=4).astype(np.float32)
 
 
-_UNSCOPED = frozenset({"append", "transaction", "close", "get_meta", "set_meta"})
+_UNSCOPED = frozenset({"append", "transaction", "writing_for", "close", "get_meta",
+                       "set_meta"})
 """Store methods that choose their own row-level security scope, or touch no user rows."""
 
 
@@ -376,11 +381,19 @@ class PostgresStore(SQLStore):
                 self._vector_index(run, int(value))
 
     # ledger and views ---------------------------------------------------------------
+    @contextmanager
+    def writing_for(self, user_id: str) -> Iterator[None]:
+        with self._writing() as run:
+            run("SELECT pg_advisory_xact_lock(?, hashtext(?))", [USER_LOCK, user_id])
+            yield
+
     def append(self, events: Sequence[Event]) -> None:
-        users = {event.user_id for event in events}
-        for user_id in users:
+        # Keyword statistics change only with text: recall bookkeeping, confidence and
+        # lineage events keep the cached corpus counts.
+        for user_id in {event.user_id for event in events if changes_text(event)}:
             for table in ("knowledge", "conversations"):
                 self._corpora.pop((table, user_id), None)
+        users = {event.user_id for event in events}
         scope = (next(iter(users)), False) if len(users) == 1 else _EVERY_USER
         with self._scope(scope):
             super().append(events)

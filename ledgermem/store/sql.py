@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any, Literal
 
 import numpy as np
 
+from ..domain.projection import Add, Delete, Insert, Scale, project
 from ..errors import SchemaMismatch
 from ..types import Event, Item, ItemQuery, ToolCall, Turn
 from .base import MatchMode, Table, TurnQuery, Vector, iter_chunks
@@ -28,7 +29,6 @@ ITEM_COLUMNS = (
     "context", "entity", "sensitive", "due_at", "reminded_at", "superseded_by", "valid_from",
     "valid_to", "created_at", "updated_at", "last_used_at", "use_count", "metadata",
 )
-UPDATABLE = frozenset(ITEM_COLUMNS) - {"id", "user_id", "created_at"}
 TURN_COLUMNS = (
     "id", "user_id", "agent_id", "session_id", "role", "name", "content", "ts",
     "consolidated_at", "metadata",
@@ -210,6 +210,43 @@ def _marks(count: int) -> str:
     return ", ".join("?" * count)
 
 
+_COLUMNS: dict[str, frozenset[str]] = {
+    "knowledge": frozenset(ITEM_COLUMNS) | {"embedding"},
+    "conversations": frozenset(TURN_COLUMNS) | {"day", "extraction", "extraction_batch",
+                                                "extraction_claim", "extraction_claim_until"},
+    "tool_history": frozenset(TOOL_COLUMNS),
+    "llm_calls": frozenset({"id", "user_id", "ts", "purpose", "model", "tokens_in",
+                            "tokens_out", "latency_ms", "outcome", "error"}),
+    "comparisons": frozenset({"user_id", "item_a", "item_b", "outcome", "similarity", "ts"}),
+}
+"""The view columns the projection may write, per table."""
+_JSON_COLUMNS = frozenset({"metadata", "arguments"})
+
+
+def _column_value(column: str, value: Any) -> Any:
+    return json.dumps(value or {}) if column in _JSON_COLUMNS else value
+
+
+def _set_sql(values: Mapping[str, Any]) -> tuple[str, list[Any]]:
+    """``SET`` clauses (and their parameters) for an ``Update``'s values."""
+    sets: list[str] = []
+    params: list[Any] = []
+    for column, value in values.items():
+        if isinstance(value, Add) and value.cap is not None:
+            sets.append(f"{column} = CASE WHEN {column} + ? > ? THEN ? ELSE {column} + ? END")
+            params += [value.amount, value.cap, value.cap, value.amount]
+        elif isinstance(value, Add):
+            sets.append(f"{column} = {column} + ?")
+            params.append(value.amount)
+        elif isinstance(value, Scale):
+            sets.append(f"{column} = {column} * ?")
+            params.append(value.factor)
+        else:
+            sets.append(f"{column} = ?")
+            params.append(_column_value(column, value))
+    return ", ".join(sets), params
+
+
 class SQLStore(ABC):
     """Ledger projection and the queries that read the same on every SQL backend."""
 
@@ -229,6 +266,12 @@ class SQLStore(ABC):
         with self._writing():
             yield
 
+    def writing_for(self, user_id: str) -> AbstractContextManager[None]:
+        """A write transaction in which reads of ``user_id``'s rows stay current until
+        it ends: no other writer changes them in between. SQLite has one writer at a
+        time anyway (``BEGIN IMMEDIATE``); PostgreSQL takes a per-user lock."""
+        return self.transaction()
+
     # ledger -----------------------------------------------------------------------
     def append(self, events: Sequence[Event]) -> None:
         with self._writing() as run:
@@ -241,77 +284,30 @@ class SQLStore(ABC):
                 self._apply(run, event)
 
     def _apply(self, run: Run, event: Event) -> None:
-        """Project one event onto the views. Unknown kinds only live in the ledger."""
-        kind, data, uid = event.kind, event.payload, event.user_id
-        if kind == "memory.added":
-            item = dict(data["item"])
-            item["metadata"] = json.dumps(item.get("metadata") or {})
-            values = [item.get(c) for c in ITEM_COLUMNS]
-            run(f"INSERT INTO knowledge ({', '.join(ITEM_COLUMNS)}) VALUES "
-                f"({_marks(len(ITEM_COLUMNS))})", values)
-        elif kind in ("memory.updated", "memory.restored", "memory.invalidated",
-                      "memory.superseded"):
-            changes = {k: v for k, v in data["changes"].items() if k in UPDATABLE}
-            if "metadata" in changes:
-                changes["metadata"] = json.dumps(changes["metadata"] or {})
-            sets = [f"{column} = ?" for column in changes]
-            if "content" in changes:
-                sets.append("embedding = NULL")
-            run(f"UPDATE knowledge SET {', '.join(sets)} WHERE user_id = ? AND id = ?",
-                [*changes.values(), uid, event.subject_id])
-        elif kind == "memory.deleted":
-            run("DELETE FROM knowledge WHERE user_id = ? AND id = ?", [uid, event.subject_id])
-        elif kind == "memory.recalled":
-            for chunk in iter_chunks(data["ids"]):
-                run("UPDATE knowledge SET confidence = CASE WHEN confidence + ? > 1 THEN 1 "
-                    "ELSE confidence + ? END, use_count = use_count + 1, last_used_at = ? "
-                    f"WHERE user_id = ? AND id IN ({_marks(len(chunk))})",
-                    [data["boost"], data["boost"], event.ts, uid, *chunk])
-        elif kind == "memory.decayed":
-            for chunk in iter_chunks(data["ids"]):
-                run(f"UPDATE knowledge SET confidence = confidence * ? WHERE user_id = ? AND id IN "
-                    f"({_marks(len(chunk))})", [data["factor"], uid, *chunk])
-        elif kind == "memory.pruned":
-            for table, key in (("knowledge", "items"), ("conversations", "turns"),
-                               ("tool_history", "tools")):
-                for chunk in iter_chunks(data.get(key, [])):
-                    run(f"DELETE FROM {table} WHERE user_id = ? AND id IN ({_marks(len(chunk))})",
-                        [uid, *chunk])
-        elif kind.startswith("turn.") and kind != "turn.consolidated":
-            turn_id, at = event.subject_id or event.id, data.get("at", event.ts)
-            batch = data.get("extract")
-            run(f"INSERT INTO conversations ({', '.join(TURN_COLUMNS)}, day, extraction, "
-                f"extraction_batch) VALUES ({_marks(13)})",
-                [turn_id, uid, event.agent_id, event.session_id, data["role"], data.get("name"),
-                 data["content"], at, None, json.dumps(data.get("metadata") or {}),
-                 spoken_day(at), "pending" if batch else None, batch or None])
-            self._refresh_context(run, uid, event.session_id, at)
-        elif kind == "turn.consolidated":
-            for chunk in iter_chunks(data["ids"]):
-                run(f"UPDATE conversations SET consolidated_at = ? WHERE user_id = ? AND id IN "
-                    f"({_marks(len(chunk))})", [event.ts, uid, *chunk])
-        elif kind in ("turns.extracted", "turns.queued"):
-            state = "pending" if kind == "turns.queued" else data.get("outcome", "done")
-            for chunk in iter_chunks(data["ids"]):
-                run("UPDATE conversations SET extraction = ?, extraction_claim = NULL, "
-                    "extraction_claim_until = NULL WHERE user_id = ? AND id IN "
-                    f"({_marks(len(chunk))})", [state, uid, *chunk])
-        elif kind == "llm.called":
-            run("INSERT INTO llm_calls (id, user_id, ts, purpose, model, tokens_in, tokens_out, "
-                f"latency_ms, outcome, error) VALUES ({_marks(10)})",
-                [event.id, uid, event.ts, data["purpose"], data["model"],
-                 int(data.get("tokens_in") or 0), int(data.get("tokens_out") or 0),
-                 float(data.get("latency_ms") or 0), data["outcome"], data.get("error")])
-        elif kind == "memory.compared":
-            first, second = sorted((data["a"], data["b"]))
-            run("INSERT INTO comparisons (user_id, item_a, item_b, outcome, similarity, ts) "
-                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (user_id, item_a, item_b) DO NOTHING",
-                [uid, first, second, data["outcome"], data.get("similarity"), event.ts])
-        elif kind == "tool.called":
-            run(f"INSERT INTO tool_history ({', '.join(TOOL_COLUMNS)}) VALUES ({_marks(10)})",
-                [event.subject_id or event.id, uid, event.agent_id, event.session_id,
-                 data["name"], json.dumps(data.get("arguments") or {}), bool(data["success"]),
-                 data.get("duration_ms"), data.get("error"), event.ts])
+        """Render the projection of one event (``domain.projection``) as statements."""
+        uid = event.user_id
+        for change in project(event):
+            if isinstance(change, Insert):
+                values = {"user_id": uid, **change.values}
+                if change.table == "conversations":
+                    values["day"] = spoken_day(values["ts"])
+                columns = [c for c in values if c in _COLUMNS[change.table]]
+                conflict = (" ON CONFLICT (user_id, item_a, item_b) DO NOTHING"
+                            if change.table == "comparisons" else "")
+                run(f"INSERT INTO {change.table} ({', '.join(columns)}) VALUES "
+                    f"({_marks(len(columns))}){conflict}",
+                    [_column_value(c, values[c]) for c in columns])
+                if change.table == "conversations":
+                    self._refresh_context(run, uid, event.session_id, values["ts"])
+            elif isinstance(change, Delete):
+                for chunk in iter_chunks(change.ids):
+                    run(f"DELETE FROM {change.table} WHERE user_id = ? AND id IN "
+                        f"({_marks(len(chunk))})", [uid, *chunk])
+            else:
+                sets, params = _set_sql(change.values)
+                for chunk in iter_chunks(change.ids):
+                    run(f"UPDATE {change.table} SET {sets} WHERE user_id = ? AND id IN "
+                        f"({_marks(len(chunk))})", [*params, uid, *chunk])
 
     def _refresh_context(self, run: Run, user_id: str, session_id: str | None, at: str) -> None:
         """Recompute the neighbour text of the turns around a new one.

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..clock import iso, system_clock
-from ..errors import SchemaMismatch, StorageError
+from ..errors import InvalidInput, SchemaMismatch, StorageError
 from ..types import ItemQuery
 from .base import MatchMode, Table, TurnQuery, Vector
 from .migrations import SQLITE_MIGRATIONS, Migration
@@ -44,6 +44,32 @@ _TURN_BM25 = "bm25(conversations_fts, 1.0, 1.0, 0.4, 1.0)"
 """Column weights: content, speaker name, neighbours' text (light), day in words."""
 
 
+@contextmanager
+def _translated(what: str = "SQLite") -> Iterator[None]:
+    """The one boundary where the driver's errors become ledgermem's, chained:
+    ``sqlite3.Error`` → ``StorageError``; a value the driver cannot bind (text with a
+    lone surrogate, an integer beyond 64 bits) → ``InvalidInput``, as PostgreSQL's
+    driver refuses NUL. The API refuses such values before they get here; this keeps
+    a forgotten check from escaping the tree."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        if _locked(exc):
+            raise StorageError(f"{what}: the database stayed locked for "
+                               f"{LOCK_RETRY_S:.0f}s ({exc})") from exc
+        raise StorageError(f"{what}: {exc}") from exc
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(f"SQLite cannot store text that is not valid Unicode: "
+                           f"{exc.reason}") from exc
+    except OverflowError as exc:
+        raise InvalidInput(f"SQLite cannot store a number that large: {exc}") from exc
+
+
+def _locked(exc: sqlite3.Error) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and (
+        "locked" in str(exc) or "busy" in str(exc))
+
+
 def fts_match_sql(terms: Sequence[str], mode: MatchMode) -> str:
     """An FTS5 MATCH expression that treats every term as a literal phrase.
 
@@ -55,7 +81,9 @@ def fts_match_sql(terms: Sequence[str], mode: MatchMode) -> str:
 
 
 class SQLiteStore(SQLStore):
-    """SQLite backend. ``path`` is created (with its folder) if missing."""
+    """SQLite backend. ``path`` is created (with its folder) if missing, unless
+    ``create=False``: then a missing file is refused (``InvalidInput``), as a reader
+    that opens a store must not leave an empty one behind."""
 
     _unlimited = "LIMIT -1"
     _hint_ids = True
@@ -66,8 +94,11 @@ class SQLiteStore(SQLStore):
         *,
         busy_timeout_s: float = 30.0,
         migrations: Sequence[Migration] = SQLITE_MIGRATIONS,
+        create: bool = True,
     ) -> None:
         self.path = Path(path).expanduser().resolve()
+        if not create and not self.path.is_file():
+            raise InvalidInput(f"no database at {self.path}")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.url = f"sqlite:///{self.path}"
         self._busy_ms = int(busy_timeout_s * 1000)
@@ -86,7 +117,7 @@ class SQLiteStore(SQLStore):
         if conn is None:
             if self._closed:
                 raise StorageError("the store is closed")
-            try:
+            with _translated(f"cannot open {self.path}"):
                 conn = sqlite3.connect(
                     self.path, isolation_level=None, timeout=self._busy_ms / 1000,
                     check_same_thread=False,
@@ -96,8 +127,6 @@ class SQLiteStore(SQLStore):
                 conn.execute("PRAGMA synchronous = NORMAL")
                 # Forgotten text must not linger in free pages of the file.
                 conn.execute("PRAGMA secure_delete = ON")
-            except sqlite3.Error as exc:
-                raise StorageError(f"cannot open {self.path}: {exc}") from exc
             self._local.conn = conn
             self._local.depth = 0
             with self._connections_lock:
@@ -113,73 +142,64 @@ class SQLiteStore(SQLStore):
         self._local = threading.local()
 
     def _retry(self, action: Any) -> Any:
-        """Run ``action`` retrying while another process holds the write lock."""
+        """Run ``action`` retrying while another process holds the write lock; past
+        ``LOCK_RETRY_S`` the driver's error goes on to ``_translated``."""
         deadline = time.monotonic() + LOCK_RETRY_S
         delay = 0.005
         while True:
             try:
                 return action()
             except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) and "busy" not in str(exc):
+                if not _locked(exc) or time.monotonic() > deadline:
                     raise
-                if time.monotonic() > deadline:
-                    raise StorageError(f"database stayed locked for {LOCK_RETRY_S:.0f}s") from exc
                 time.sleep(delay)
                 delay = min(delay * 2, 0.1)
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         conn = self._conn()
-        try:
+        with _translated():
             rows: list[tuple[Any, ...]] = self._retry(
                 lambda: conn.execute(sql, tuple(params)).fetchall())
-        except sqlite3.Error as exc:
-            raise StorageError(str(exc)) from exc
         return rows
 
     @contextmanager
     def _writing(self) -> Iterator[Run]:
+        """A transaction (a savepoint when nested) on this thread's connection.
+        Every driver error inside it, the caller's statements' included, is translated
+        by ``_translated`` once, here."""
         conn = self._conn()
         depth: int = self._local.depth
 
         def run(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-            try:
-                return conn.execute(sql, tuple(params)).fetchall()
-            except sqlite3.Error as exc:
-                raise StorageError(str(exc)) from exc
+            return conn.execute(sql, tuple(params)).fetchall()
 
-        if depth:
-            conn.execute(f"SAVEPOINT sp{depth}")
-            self._local.depth = depth + 1
-            try:
-                yield run
-            except BaseException:
-                conn.execute(f"ROLLBACK TO sp{depth}")
-                conn.execute(f"RELEASE sp{depth}")
-                raise
-            else:
-                conn.execute(f"RELEASE sp{depth}")
-            finally:
-                self._local.depth = depth
-            return
-        with self._write_lock:
-            try:
-                self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
-            except sqlite3.Error as exc:
-                raise StorageError(str(exc)) from exc
-            self._local.depth = 1
-            try:
-                yield run
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            else:
+        with _translated():
+            if depth:
+                conn.execute(f"SAVEPOINT sp{depth}")
+                self._local.depth = depth + 1
                 try:
+                    yield run
+                except BaseException:
+                    conn.execute(f"ROLLBACK TO sp{depth}")
+                    conn.execute(f"RELEASE sp{depth}")
+                    raise
+                else:
+                    conn.execute(f"RELEASE sp{depth}")
+                finally:
+                    self._local.depth = depth
+                return
+            with self._write_lock:
+                self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
+                self._local.depth = 1
+                try:
+                    yield run
                     self._retry(lambda: conn.execute("COMMIT"))
-                except sqlite3.Error as exc:
-                    conn.execute("ROLLBACK")
-                    raise StorageError(str(exc)) from exc
-            finally:
-                self._local.depth = 0
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+                finally:
+                    self._local.depth = 0
 
     # schema -----------------------------------------------------------------------
     def schema_version(self) -> int:

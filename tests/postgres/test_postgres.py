@@ -169,6 +169,7 @@ def test_hybrid_search_finds_by_keywords_and_vectors(pg_memory: Memory) -> None:
     reply = alice.search_conversations("weather hiking", session_id="trip")
     assert {h.turn.content for h in reply if h.turn} >= {"Lovely! How was the weather there?"}
     recalled = alice.search("green tea")
+    alice.flush()
     assert alice.get(recalled[0].id).use_count == 1
 
 
@@ -400,7 +401,11 @@ def test_processes_write_and_search_concurrently(pg_url: str) -> None:
             (f"worker-{w}", per_process) for w in range(processes)]
         stats = user.stats()
         assert (stats["items"], stats["turns"]) == (processes * per_process,) * 2
-        assert stats["events"] == 2 * processes * per_process + processes * 5
+        # Each child's five touched searches are coalesced into at most five recall
+        # events (one per interval, applied at the latest when it closes).
+        recalls = len(memory.store.events("shared", kinds=["memory.recalled"]))
+        assert processes <= recalls <= processes * 5
+        assert stats["events"] == 2 * processes * per_process + recalls
         assert [h.content for h in user.search("p2w42t0", touch=False)] == [
             "p2w42t0 p2w42t1 p2w42t2 p2w42t3"]
 

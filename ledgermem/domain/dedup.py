@@ -1,0 +1,95 @@
+"""When a new text restates an item memory already holds.
+
+A write whose words overlap an active item's by more than ``DEDUP_OVERLAP``
+(Szymkiewicz–Simpson: shared words over the smaller set) refreshes that item instead
+of adding a copy — but only a true restatement. Texts that differ in what makes a fact
+a different fact are never merged, however many words they share: a negation ("Do not
+deploy on Fridays" / "Deploy on Fridays"), a number, dose, version or id ("20mg" /
+"40mg", "prod-db-1" / "prod-db-2"), a date word ("Monday", "March") or a proper name
+("son Tom" / "son Max"). Pure functions: the caller supplies the candidates.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+from ..retrieval.keyword import STOPWORDS, query_terms, word_set
+from ..types import Item
+
+__all__ = ["DEDUP_OVERLAP", "dedup_terms", "markers", "restates", "twin_of"]
+
+DEDUP_OVERLAP = 0.8
+
+_TOKEN = re.compile(r"[\w'’-]+", re.UNICODE)
+_NEGATIONS = frozenset(
+    """not no never none nobody nothing nowhere neither nor cannot without dont doesnt didnt
+    isnt arent wasnt werent wont wouldnt shouldnt couldnt cant hasnt havent hadnt mustnt
+    neednt aint""".split())
+_DATE_WORDS = frozenset(
+    """monday tuesday wednesday thursday friday saturday sunday mondays tuesdays wednesdays
+    thursdays fridays saturdays sundays january february march april june july august
+    september october november december jan feb mar apr jun jul aug sep sept oct nov dec
+    today tomorrow yesterday tonight morning afternoon evening night weekend weekends
+    weekday weekdays daily weekly monthly yearly annually""".split())
+
+
+def markers(text: str) -> frozenset[str]:
+    """What makes ``text`` one particular fact: its negations (as one ``¬`` marker, so
+    "not" and "never" agree), every token holding a digit, date words, and capitalised
+    words that are not stopwords (names), all lower-cased."""
+    found: set[str] = set()
+    for raw in _TOKEN.findall(text):
+        token = raw.strip("'’-")
+        lower = token.lower()
+        if lower.replace("’", "'").replace("'", "") in _NEGATIONS or lower.endswith(
+                ("n't", "n’t")):
+            found.add("¬")
+        elif (any(ch.isdigit() for ch in token) or lower in _DATE_WORDS
+              or (token[:1].isupper() and lower not in STOPWORDS)):
+            found.add(lower)
+    return frozenset(found)
+
+
+def restates(text: str, other: str) -> bool:
+    """Whether ``text`` and ``other`` say the same thing: more than ``DEDUP_OVERLAP``
+    of the smaller word set shared, and no negation, number, date or name in one that
+    the other lacks. A name is matched in any case ("Tom" in one, "tom" in the other)."""
+    words, others = word_set(text), word_set(other)
+    if not words or not others:
+        return False
+    if len(words & others) / min(len(words), len(others)) <= DEDUP_OVERLAP:
+        return False
+    mine, theirs = markers(text), markers(other)
+    if ("¬" in mine) != ("¬" in theirs):
+        return False
+    lowered = {w.lower() for w in _TOKEN.findall(text)} | words
+    lowered_other = {w.lower() for w in _TOKEN.findall(other)} | others
+    return all(m in lowered_other for m in mine - {"¬"}) and all(
+        m in lowered for m in theirs - {"¬"})
+
+
+def twin_of(text: str, category: str, context: str, entity: str | None,
+            candidates: Iterable[Item]) -> Item | None:
+    """The active item of the same category, context and entity that ``text``
+    restates (an identical text first), or None."""
+    same = [c for c in candidates if c.active
+            and (c.category, c.context, c.entity) == (category, context, entity)]
+    for candidate in same:
+        if candidate.content == text:
+            return candidate
+    for candidate in same:
+        if restates(text, candidate.content):
+            return candidate
+    return None
+
+
+def dedup_terms(text: str) -> Sequence[str]:
+    """Words a near-duplicate must contain at least one of.
+
+    An item holding more than 80% of this text's words misses fewer than a fifth of
+    them, so it contains one of any ``⌈n/5⌉ + 1`` of them; the longest are chosen, as
+    longer words are rarer and make the keyword query cheap.
+    """
+    terms = sorted(query_terms(text, max_terms=512), key=lambda w: (-len(w), w))
+    return terms[: max(3, len(terms) // 5 + 2)]

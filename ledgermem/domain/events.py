@@ -1,0 +1,191 @@
+"""The ledger's vocabulary: every event kind, and the payload each kind carries.
+
+An event is stored as a kind string and a JSON payload; this module is the one place
+that names the kinds (``Kind``) and says what their payloads hold (one frozen
+dataclass per payload shape, with ``to_payload`` / ``parse``). Code that writes
+events builds them with ``new_event`` from these payloads; the projection
+(``projection.py``) reads them back through ``parse``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
+from typing import Any
+
+from ..clock import new_id
+from ..types import Event, Item, Scope
+
+__all__ = [
+    "CONTENT_KINDS",
+    "MEMORY_KINDS",
+    "ItemAdded",
+    "ItemChanged",
+    "ItemsScaled",
+    "ItemsTouched",
+    "Kind",
+    "Pruned",
+    "new_event",
+]
+
+
+class Kind(StrEnum):
+    """Every kind of ledger event ledgermem writes. Values are what the ledger stores."""
+
+    MEMORY_ADDED = "memory.added"
+    MEMORY_UPDATED = "memory.updated"
+    MEMORY_SUPERSEDED = "memory.superseded"
+    MEMORY_INVALIDATED = "memory.invalidated"
+    MEMORY_RESTORED = "memory.restored"
+    MEMORY_DELETED = "memory.deleted"
+    MEMORY_RECALLED = "memory.recalled"
+    MEMORY_DECAYED = "memory.decayed"
+    MEMORY_PRUNED = "memory.pruned"
+    MEMORY_COMPARED = "memory.compared"
+    TURN_USER = "turn.user"
+    TURN_ASSISTANT = "turn.assistant"
+    TURN_SYSTEM = "turn.system"
+    TURN_TOOL = "turn.tool"
+    TURN_CONSOLIDATED = "turn.consolidated"
+    TURNS_QUEUED = "turns.queued"
+    TURNS_EXTRACTED = "turns.extracted"
+    LLM_CALLED = "llm.called"
+    TOOL_CALLED = "tool.called"
+
+    @classmethod
+    def turn(cls, role: str) -> Kind:
+        """The kind of a conversation turn spoken by ``role``."""
+        return cls(f"turn.{role}")
+
+
+CHANGE_KINDS = frozenset({Kind.MEMORY_UPDATED, Kind.MEMORY_SUPERSEDED,
+                          Kind.MEMORY_INVALIDATED, Kind.MEMORY_RESTORED})
+"""Kinds whose payload is an ``ItemChanged``: some fields of one item change."""
+
+MEMORY_KINDS: tuple[str, ...] = (
+    Kind.MEMORY_ADDED, Kind.MEMORY_UPDATED, Kind.MEMORY_SUPERSEDED, Kind.MEMORY_INVALIDATED,
+    Kind.MEMORY_RESTORED, Kind.MEMORY_DELETED, Kind.MEMORY_RECALLED, Kind.MEMORY_DECAYED,
+    Kind.MEMORY_PRUNED,
+)
+"""The kinds that change knowledge items (what ``as_of`` replays)."""
+
+CONTENT_KINDS = frozenset({Kind.MEMORY_ADDED, Kind.MEMORY_DELETED, Kind.MEMORY_PRUNED,
+                           Kind.TURN_USER, Kind.TURN_ASSISTANT, Kind.TURN_SYSTEM,
+                           Kind.TURN_TOOL})
+"""Kinds that add, remove or rewrite searchable text (plus ``ItemChanged`` events whose
+changes hold ``content``): only these can change keyword statistics."""
+
+_ITEM_FIELDS = frozenset(f.name for f in fields(Item))
+
+
+@dataclass(frozen=True)
+class _Payload:
+    """Provenance every memory payload may carry: why, who or what, from which turns."""
+
+    def to_payload(self) -> dict[str, Any]:
+        """The JSON object stored in the ledger (empty optional fields left out)."""
+        return {k: v for k, v in asdict(self).items() if v is not None and v != ()}
+
+
+@dataclass(frozen=True)
+class ItemAdded(_Payload):
+    """``memory.added``: a new item (a new version when ``supersedes`` is set)."""
+
+    item: Item
+    reason: str | None = None
+    source: str | None = None
+    supersedes: str | None = None
+    turn_ids: tuple[str, ...] = ()
+
+    def to_payload(self) -> dict[str, Any]:
+        payload = super().to_payload()
+        payload["item"].pop("written", None)
+        if self.turn_ids:
+            payload["turn_ids"] = list(self.turn_ids)
+        return payload
+
+    @staticmethod
+    def parse(payload: Mapping[str, Any]) -> Item:
+        """The item an ``memory.added`` payload holds (unknown fields ignored)."""
+        raw = payload["item"]
+        return Item(**{k: v for k, v in raw.items() if k in _ITEM_FIELDS})
+
+
+@dataclass(frozen=True)
+class ItemChanged(_Payload):
+    """``memory.updated`` / ``superseded`` / ``invalidated`` / ``restored``: fields of
+    one item (the event's subject) take new values."""
+
+    changes: Mapping[str, Any]
+    reason: str | None = None
+    source: str | None = None
+    previous: str | None = None
+    """The content before a change of content (kept for ``history``)."""
+    by: str | None = None
+    """The version that supersedes the subject."""
+    restored: str | None = None
+    """The earlier version whose restore invalidated the subject."""
+    turn_ids: tuple[str, ...] = ()
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """Further provenance (the dedup merge's ``why``, reconciliation's similarity…)."""
+
+    def to_payload(self) -> dict[str, Any]:
+        payload: dict[str, Any] = {"changes": dict(self.changes)}
+        for name in ("reason", "source", "previous", "by", "restored"):
+            if (value := getattr(self, name)) is not None:
+                payload[name] = value
+        if self.turn_ids:
+            payload["turn_ids"] = list(self.turn_ids)
+        return {**payload, **self.extra}
+
+    @staticmethod
+    def parse(payload: Mapping[str, Any]) -> dict[str, Any]:
+        """The item fields a change payload sets (unknown and fixed fields ignored)."""
+        return {k: v for k, v in payload.get("changes", {}).items()
+                if k in _ITEM_FIELDS - {"id", "user_id", "created_at"}}
+
+
+@dataclass(frozen=True)
+class ItemsTouched(_Payload):
+    """``memory.recalled``: items were returned by searches; each gains ``boost``
+    confidence (capped at 1), a use, and ``last_used_at`` = the event's time."""
+
+    ids: tuple[str, ...]
+    boost: float
+
+    def to_payload(self) -> dict[str, Any]:
+        return {"ids": list(self.ids), "boost": self.boost}
+
+
+@dataclass(frozen=True)
+class ItemsScaled(_Payload):
+    """``memory.decayed``: the confidence of unused items is multiplied by ``factor``."""
+
+    ids: tuple[str, ...]
+    factor: float
+
+    def to_payload(self) -> dict[str, Any]:
+        return {"ids": list(self.ids), "factor": self.factor}
+
+
+@dataclass(frozen=True)
+class Pruned(_Payload):
+    """``memory.pruned``: items, turns and tool calls removed by ``prune``."""
+
+    items: Sequence[str] = ()
+    turns: Sequence[str] = ()
+    tools: Sequence[str] = ()
+
+    def to_payload(self) -> dict[str, Any]:
+        return {"items": list(self.items), "turns": list(self.turns),
+                "tools": list(self.tools)}
+
+
+def new_event(scope: Scope, ts: str, kind: Kind, payload: _Payload | dict[str, Any], *,
+              subject_id: str | None = None, session_id: str | None = None) -> Event:
+    """A ledger event of ``scope``'s user (its agent and session) at ``ts``."""
+    data = payload.to_payload() if isinstance(payload, _Payload) else payload
+    return Event(id=new_id(), ts=ts, user_id=scope.user_id, kind=str(kind), payload=data,
+                 agent_id=scope.agent_id, session_id=session_id or scope.session_id,
+                 subject_id=subject_id)

@@ -1,0 +1,97 @@
+"""Recall bookkeeping, off the search path.
+
+A search that returns items notes them here and returns; it never waits on a write.
+The ``RecallWorker`` thread applies what was noted every ``interval_s`` seconds as one
+``memory.recalled`` ledger event per user (so it is still derived from the ledger and
+replayed by ``as_of``): coalesced per item, an item found by many searches in one
+interval gains one use and one ``boost`` of confidence. ``flush`` applies everything
+noted so far in the caller's thread; ``close`` does too, then stops.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+from ..background import BackgroundWorker
+from ..clock import Clock, iso
+from ..store.base import Store
+from ..types import ItemQuery, Scope
+from .events import ItemsTouched, Kind, new_event
+
+__all__ = ["RECALL_BOOST", "RecallWorker"]
+
+RECALL_BOOST = 0.02
+"""Confidence an item gains each interval in which a search returned it."""
+
+
+class RecallWorker(BackgroundWorker):
+    """Collects recalled item ids per user and appends them in batches (module docs)."""
+
+    thread_name = "ledgermem-recall"
+    log_name = "ledgermem.recall"
+
+    def __init__(self, store: Store, clock: Clock, *, interval_s: float = 2.0,
+                 boost: float = RECALL_BOOST) -> None:
+        super().__init__()
+        self.store = store
+        self.clock = clock
+        self.boost = boost
+        self.idle_wake_s = interval_s
+        self._noted: dict[tuple[str, str | None], dict[str, None]] = {}
+        self._lock = threading.Lock()
+
+    def note(self, scope: Scope, item_ids: Iterable[str]) -> None:
+        """Remember that a search of ``scope``'s user returned these items."""
+        ids = list(item_ids)
+        if not ids:
+            return
+        with self._lock:
+            self._noted.setdefault((scope.user_id, scope.agent_id), {}).update(
+                dict.fromkeys(ids))
+        if self._thread is None:
+            self.start()
+
+    def pending(self) -> int:
+        """Items noted and not yet applied."""
+        with self._lock:
+            return sum(len(ids) for ids in self._noted.values())
+
+    def run_once(self) -> int:
+        with self._lock:
+            noted, self._noted = self._noted, {}
+        if not noted:
+            return 0
+        try:
+            self._apply(noted)
+        except BaseException:
+            with self._lock:  # keep them for the next try
+                for key, ids in noted.items():
+                    self._noted.setdefault(key, {}).update(ids)
+            raise
+        return sum(len(ids) for ids in noted.values())
+
+    def _apply(self, noted: dict[tuple[str, str | None], dict[str, None]]) -> None:
+        now = iso(self.clock())
+        with self.store.transaction():
+            for (user_id, agent_id), ids in noted.items():
+                # Only items that still exist: one forgotten meanwhile (or its user) gets
+                # no ledger entry back.
+                kept = {i.id for i in self.store.query_items(user_id, ItemQuery(
+                    ids=tuple(ids), include_superseded=True))[0]}
+                if kept:
+                    self.store.append([new_event(
+                        Scope(user_id, agent_id), now, Kind.MEMORY_RECALLED,
+                        ItemsTouched(tuple(i for i in ids if i in kept), self.boost))])
+
+    def flush(self) -> int:
+        """Apply everything noted so far, now, in the caller's thread."""
+        with self._busy:
+            return self.run_once()
+
+    def close(self) -> None:
+        """Apply what is noted, then stop the thread."""
+        try:
+            self.flush()
+        finally:
+            super().close()

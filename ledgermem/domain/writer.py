@@ -1,0 +1,274 @@
+"""The one write path for knowledge items: plan inside the transaction, then append.
+
+``ItemWriter`` is what both the per-user handle and the background pipeline
+(extraction, consolidation) write through. Each operation opens the store's write
+transaction for the user (``Store.writing_for``: SQLite's ``BEGIN IMMEDIATE``, a
+per-user advisory lock on PostgreSQL), reads the rows it depends on *inside* it,
+checks them, turns the request into ledger events and appends them — so a check can
+never be overtaken by another writer between reading and writing (eight threads
+revising one item leave one active version). The writer needs only built parts
+(store, clock, a time parser, a hook for new text); it never sees the ``Memory``
+facade.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from ..clock import Clock, iso, new_id
+from ..errors import InvalidInput, NotFound
+from ..store.base import Store
+from ..types import CATEGORIES, SOURCES, START_CONFIDENCE, Event, Item, ItemQuery, Scope
+from ..validation import (
+    check_choice,
+    check_confidence,
+    clean_content,
+    clean_context,
+    clean_entity,
+    merge_metadata,
+)
+from .dedup import dedup_terms, twin_of
+from .events import ItemAdded, ItemChanged, Kind, new_event
+
+__all__ = ["ItemWriter"]
+
+When = Callable[[str | datetime | None], str | None]
+"""Reads a time the caller gave (ISO, natural language, a datetime) as ISO UTC."""
+
+DEDUP_CANDIDATES = 50
+"""Keyword candidates one dedup lookup considers."""
+
+
+class ItemWriter:
+    """Writes knowledge items of any user through ledger events (see module docs).
+
+    Args:
+        store: the store written to.
+        clock: the time source.
+        when: parses the times callers give (``due_at``, ``at``, ``valid_from``).
+        written: called after a write that added or changed text (wakes embedding).
+        dedup: whether ``remember`` merges restatements by default.
+    """
+
+    def __init__(self, store: Store, clock: Clock, when: When,
+                 written: Callable[[], None] = lambda: None, *, dedup: bool = True) -> None:
+        self.store = store
+        self.clock = clock
+        self.when = when
+        self.written = written
+        self.dedup = dedup
+
+    def now(self) -> str:
+        return iso(self.clock())
+
+    # reads inside a write ---------------------------------------------------------
+    def require(self, user_id: str, item_id: str) -> Item:
+        item = self.store.get_item(user_id, item_id)
+        if item is None:
+            raise NotFound(f"no memory {item_id!r}")
+        return item
+
+    def twin(self, user_id: str, text: str, category: str, context: str, entity: str | None
+             ) -> Item | None:
+        """The active item ``text`` restates (``dedup.twin_of``): one keyword lookup of
+        candidates and one batched read of them, whatever their number."""
+        found = self.store.keyword_search_items(
+            user_id, list(dedup_terms(text)), "or",
+            ItemQuery(category=category, context=context, entity=entity), DEDUP_CANDIDATES)
+        exact = ItemQuery(content=text, category=category, context=context, entity=entity)
+        ids = tuple(dict.fromkeys(
+            [i.id for i in self.store.query_items(user_id, exact, limit=5)[0]]
+            + [item_id for item_id, _ in found]))
+        if not ids:
+            return None
+        rows = {i.id: i for i in self.store.query_items(user_id, ItemQuery(ids=ids))[0]}
+        return twin_of(text, category, context, entity,
+                       [rows[i] for i in ids if i in rows])
+
+    # writes -----------------------------------------------------------------------
+    def remember(
+        self, scope: Scope, content: str, category: str = "fact", *,
+        domain: str | None = None, source: str = "user", confidence: float | None = None,
+        context: str | None = None, entity: str | None = None, sensitive: bool = False,
+        due_at: str | datetime | None = None, metadata: Mapping[str, Any] | None = None,
+        valid_from: str | datetime | None = None, reason: str | None = None,
+        dedup: bool | None = None,
+    ) -> Item:
+        """Add an item, or refresh the active one it restates (see ``dedup``)."""
+        text, meta = clean_content(content, metadata)
+        check_choice("category", category, CATEGORIES)
+        check_choice("source", source, SOURCES)
+        conf = START_CONFIDENCE[source] if confidence is None else check_confidence(confidence)
+        ctx = clean_context(context or scope.context)
+        ent = clean_entity(entity)
+        due, began = self.when(due_at), self.when(valid_from)
+        merge = self.dedup if dedup is None else bool(dedup)
+        with self.store.writing_for(scope.user_id):
+            now = self.now()
+            twin = self.twin(scope.user_id, text, category, ctx, ent) if merge else None
+            if twin is not None:
+                changes: dict[str, Any] = {"updated_at": now,
+                                           "confidence": max(twin.confidence, conf)}
+                if text != twin.content:
+                    changes["content"] = text
+                if sensitive and not twin.sensitive:
+                    changes["sensitive"] = True
+                if due is not None:
+                    changes["due_at"] = due
+                merged = merge_metadata(twin.metadata, meta)
+                if merged != twin.metadata:
+                    changes["metadata"] = merged
+                item = self._change(scope, twin, changes, reason="dedup", source=source,
+                                    extra={"why": reason} if reason else None)
+                return replace(item, written="merged")
+            item = Item(
+                id=new_id(), user_id=scope.user_id, agent_id=scope.agent_id,
+                category=category, content=text, domain=domain, source=source,
+                confidence=conf, context=ctx, entity=ent, sensitive=bool(sensitive),
+                due_at=due, created_at=now, updated_at=now, valid_from=began or now,
+                metadata=meta,
+            )
+            self.store.append([new_event(scope, now, Kind.MEMORY_ADDED,
+                                         ItemAdded(item, reason=reason), subject_id=item.id)])
+        self.written()
+        return replace(item, written="added")
+
+    def change(self, scope: Scope, item_id: str, build: Callable[[Item], dict[str, Any]], *,
+               reason: str, source: str | None = None) -> Item:
+        """Set the fields ``build(current item)`` returns (nothing to set: unchanged)."""
+        with self.store.writing_for(scope.user_id):
+            item = self.require(scope.user_id, item_id)
+            changes = build(item)
+            if not changes:
+                return item
+            return self._change(scope, item, changes, reason=reason, source=source)
+
+    def _change(self, scope: Scope, item: Item, changes: dict[str, Any], *, reason: str,
+                source: str | None = None, kind: Kind = Kind.MEMORY_UPDATED,
+                extra: Mapping[str, Any] | None = None) -> Item:
+        payload = ItemChanged(changes, reason=reason, source=source,
+                              previous=item.content if "content" in changes else None,
+                              extra=extra or {})
+        self.store.append([new_event(scope, self.now(), kind, payload, subject_id=item.id)])
+        if "content" in changes:
+            self.written()
+        return self.require(scope.user_id, item.id)
+
+    def forget(self, scope: Scope, item_id: str) -> None:
+        """Delete an item and blank its text everywhere, the ledger included."""
+        with self.store.writing_for(scope.user_id):
+            item = self.require(scope.user_id, item_id)
+            self.store.append([new_event(scope, self.now(), Kind.MEMORY_DELETED,
+                                         {"id": item.id}, subject_id=item.id)])
+            self.store.redact(scope.user_id, item.id)
+
+    def revise(
+        self, scope: Scope, item_id: str, content: str, *, category: str | None = None,
+        context: str | None = None, entity: str | None = None, sensitive: bool | None = None,
+        due_at: str | datetime | None = None, source: str = "user", reason: str = "revised",
+        turn_ids: Sequence[str] | None = None, at: str | datetime | None = None,
+    ) -> Item:
+        """Replace an active item by a new version that supersedes it."""
+        text, meta = clean_content(content, None)
+        check_choice("source", source, SOURCES)
+        new_category = None if category is None else check_choice("category", category,
+                                                                   CATEGORIES)
+        new_context = None if context is None else clean_context(context)
+        new_entity = None if entity is None else clean_entity(entity)
+        due, moment = self.when(due_at), self.when(at)
+        with self.store.writing_for(scope.user_id):
+            old = self.require(scope.user_id, item_id)
+            if not old.active:
+                raise InvalidInput(f"memory {item_id!r} is not active; restore it first")
+            now = self.now()
+            when = max(moment or now, old.valid_from or "")
+            metadata = {k: v for k, v in old.metadata.items()
+                        if k not in ("turn_ids", "supersedes", "truncated", "original_length")}
+            metadata.update(meta, supersedes=old.id)
+            if turn_ids:
+                metadata["turn_ids"] = list(turn_ids)
+            new = replace(
+                old, id=new_id(), content=text, source=source,
+                category=old.category if new_category is None else new_category,
+                context=old.context if new_context is None else new_context,
+                entity=old.entity if new_entity is None else new_entity,
+                sensitive=old.sensitive if sensitive is None else bool(sensitive),
+                due_at=old.due_at if due is None else due,
+                reminded_at=old.reminded_at if due is None else None,
+                confidence=max(old.confidence, START_CONFIDENCE[source]), created_at=now,
+                updated_at=now, valid_from=when, valid_to=None, superseded_by=None,
+                last_used_at=None, use_count=0, metadata=metadata,
+            )
+            why = _why(reason, source, turn_ids)
+            self.store.append([
+                new_event(scope, now, Kind.MEMORY_ADDED, ItemAdded(
+                    new, reason=reason, source=source, supersedes=old.id,
+                    turn_ids=tuple(turn_ids or ())), subject_id=new.id),
+                new_event(scope, now, Kind.MEMORY_SUPERSEDED, {
+                    "changes": {"superseded_by": new.id, "valid_to": when, "updated_at": now},
+                    "by": new.id, **why}, subject_id=old.id),
+            ])
+        self.written()
+        return new
+
+    def invalidate(
+        self, scope: Scope, item_id: str, *, reason: str = "no longer true",
+        source: str | None = None, turn_ids: Sequence[str] | None = None,
+        at: str | datetime | None = None,
+    ) -> Item:
+        """Mark an active item as no longer true (``valid_to``); nothing is erased."""
+        moment = self.when(at)
+        with self.store.writing_for(scope.user_id):
+            item = self.require(scope.user_id, item_id)
+            if not item.active:
+                raise InvalidInput(f"memory {item_id!r} is not active")
+            now = self.now()
+            when = max(moment or now, item.valid_from or "")
+            self.store.append([new_event(scope, now, Kind.MEMORY_INVALIDATED, {
+                "changes": {"valid_to": when, "updated_at": now},
+                **_why(reason, source, turn_ids)}, subject_id=item.id)])
+            return self.require(scope.user_id, item.id)
+
+    def restore(self, scope: Scope, item_id: str, *, reason: str = "restored") -> Item:
+        """Make a superseded or invalidated version active again; the active one of its
+        successors, if any, is invalidated, so one version of the fact is active."""
+        with self.store.writing_for(scope.user_id):
+            item = self.require(scope.user_id, item_id)
+            if item.active:
+                return item
+            now = self.now()
+            events: list[Event] = [new_event(scope, now, Kind.MEMORY_RESTORED, {
+                "changes": {"valid_to": None, "superseded_by": None, "updated_at": now},
+                "reason": reason, "source": "user"}, subject_id=item.id)]
+            successor = self._active_successor(scope.user_id, item)
+            if successor is not None:
+                events.append(new_event(scope, now, Kind.MEMORY_INVALIDATED, {
+                    "changes": {"valid_to": max(now, successor.valid_from or ""),
+                                "updated_at": now},
+                    "reason": f"{reason}: an earlier version is back", "source": "user",
+                    "restored": item.id}, subject_id=successor.id))
+            self.store.append(events)
+            return self.require(scope.user_id, item.id)
+
+    def _active_successor(self, user_id: str, item: Item) -> Item | None:
+        seen, next_id = {item.id}, item.superseded_by
+        while next_id is not None and next_id not in seen:
+            seen.add(next_id)
+            found = self.store.get_item(user_id, next_id)
+            if found is None or found.active:
+                return found
+            next_id = found.superseded_by
+        return None
+
+
+def _why(reason: str, source: str | None, turn_ids: Sequence[str] | None) -> dict[str, Any]:
+    """Provenance for a ledger entry: why, who or what, and from which turns."""
+    why: dict[str, Any] = {"reason": reason}
+    if source:
+        why["source"] = source
+    if turn_ids:
+        why["turn_ids"] = list(turn_ids)
+    return why
