@@ -99,7 +99,11 @@ def parse_when(value: str | datetime | date, *, now: datetime | None = None,
     """
     order = check_date_order(date_order)
     if isinstance(value, datetime):
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        try:
+            return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        except OverflowError as exc:  # an offset that moves it past year 1 or 9999
+            raise InvalidInput(f"{value.isoformat()} is outside the years 1–9999 in UTC"
+                               ) from exc
     if isinstance(value, date):
         return datetime(value.year, value.month, value.day, tzinfo=UTC)
     if not isinstance(value, str) or not value.strip():

@@ -79,8 +79,11 @@ class UserHandle:
     def _when(self, value: str | datetime | None) -> str | None:
         return self._memory._when(value)
 
-    def _searcher(self, time_mode: TimeMode | None) -> Searcher:
+    def _searcher(self, time_mode: TimeMode | None, min_score: float | None = None
+                  ) -> Searcher:
         searcher = self._memory.searcher
+        if min_score is not None:
+            searcher = searcher.with_options(min_score=min_score)
         if time_mode is None:
             return searcher
         check_choice("time_mode", time_mode, TIME_MODES)

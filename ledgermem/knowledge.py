@@ -28,6 +28,7 @@ from .validation import (
     check_id,
     check_limit,
     check_optional_limit,
+    check_optional_name,
     check_query,
     clean_content,
     clean_context,
@@ -113,7 +114,7 @@ class UserKnowledge(UserHandle):
         if category is not _UNSET:
             fields["category"] = check_choice("category", category, CATEGORIES)
         if domain is not _UNSET:
-            fields["domain"] = domain
+            fields["domain"] = check_optional_name(domain, "domain")
         if confidence is not _UNSET:
             fields["confidence"] = check_confidence(confidence)
         if context is not _UNSET:
@@ -125,7 +126,7 @@ class UserKnowledge(UserHandle):
         if due_at is not _UNSET:
             fields["due_at"] = self._when(due_at)
             fields["reminded_at"] = None
-        extra = None if metadata is _UNSET else json_object(dict(metadata), "metadata")
+        extra = None if metadata is _UNSET else json_object(metadata, "metadata")
 
         def build(item: Item) -> dict[str, Any]:
             changes = dict(fields)
@@ -256,6 +257,7 @@ class UserKnowledge(UserHandle):
         touch: bool = True,
         as_of: str | datetime | None = None,
         time_mode: TimeMode | None = None,
+        min_score: float | None = None,
     ) -> list[Hit]:
         """Find knowledge by keywords and meaning, best first.
 
@@ -273,6 +275,9 @@ class UserKnowledge(UserHandle):
         With ``as_of``, search what was known and true at that time, replayed from the
         ledger (``valid_from <= as_of < valid_to``), ranked by shared words; nothing is
         touched.
+
+        Scores are on one scale across queries (1: found first by both the words and
+        the meaning of the query); ``min_score`` (0–1) leaves out hits below it.
         """
         check_query(query, self._memory.limits)
         check_filters(context=context, sensitive=sensitive)
@@ -283,7 +288,7 @@ class UserKnowledge(UserHandle):
             sensitive=sensitive, time_from=self._when(time_from), time_to=self._when(time_to),
             include_superseded=include_superseded,
         )
-        searcher = self._searcher(time_mode)
+        searcher = self._searcher(time_mode, min_score)
         limit = searcher.options.limit if top_k is None else check_limit(top_k)
         if as_of is not None:
             return self._search_as_of(query, filters, limit, as_of, searcher)
@@ -322,27 +327,31 @@ class UserKnowledge(UserHandle):
         time_to: str | datetime | None = None,
         time_mode: TimeMode | None = None,
         touch: bool = True,
+        min_score: float | None = None,
     ) -> list[Hit]:
         """Search knowledge and past conversations at once: one list, best first.
 
         Each hit holds an ``item`` or a ``turn``; ``why`` has ``knowledge_rank`` or
         ``conversation_rank``, its rank in its own pipeline. The two pipelines run as
         ``search`` and ``search_conversations`` do, and their hits are merged by score
-        (each normalised to its own best, times salience; knowledge first on ties). A
-        reranker, if configured, then reorders the merged list, where it sees both kinds
-        together. ``category``, ``context`` and ``entity`` filter knowledge,
-        ``session_id`` conversations; ``time_from`` / ``time_to`` both (an item's
-        ``created_at``, a turn's ``ts``). Items returned are touched as by ``search``.
+        (both on one scale, see ``search``; knowledge first on ties). A reranker, if
+        configured, then reorders the merged list, where it sees both kinds together.
+        ``category``, ``context`` and ``entity`` filter knowledge, ``session_id``
+        conversations; ``time_from`` / ``time_to`` both (an item's ``created_at``, a
+        turn's ``ts``); ``min_score`` both. Items returned are touched as by ``search``.
+        The query is embedded once and knowledge keyword results are shared between the
+        two pipelines.
         """
         check_query(query, self._memory.limits)
         check_filters(context=context, session_id=session_id)
         if category is not None:
             check_choice("category", category, CATEGORIES)
-        searcher = self._searcher(time_mode)
+        searcher = self._searcher(time_mode, min_score)
         options = searcher.options
         limit = options.limit if top_k is None else check_limit(top_k)
         depth = limit if options.reranker is None else max(limit, options.rerank_depth)
-        plain = searcher if options.reranker is None else searcher.with_options(reranker=None)
+        plain = (searcher if options.reranker is None
+                 else searcher.with_options(reranker=None)).sharing()
         now = self._memory.clock()
         since, until = self._when(time_from), self._when(time_to)
         items = plain.search_items(self.user_id, query, ItemQuery(
@@ -352,7 +361,8 @@ class UserKnowledge(UserHandle):
             session_id=session_id, time_from=since, time_to=until), depth, now=now)
         hits = merge_hits(items, turns)
         if options.reranker is not None:
-            hits = rerank(options.reranker, query, hits, options.rerank_depth)
+            hits = [hit for hit in rerank(options.reranker, query, hits, options.rerank_depth)
+                    if hit.score >= options.min_score]
         hits = hits[:limit]
         if touch:
             self._recalled([hit for hit in hits if hit.item is not None])

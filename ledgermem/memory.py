@@ -20,6 +20,7 @@ from .errors import ConfigError, InvalidInput
 from .handle import TIME_MODES, TimeMode
 from .pipeline.extraction import ExtractionOptions, ExtractionWorker
 from .pipeline.maintenance import MaintenanceOptions, sum_results
+from .pipeline.parts import PipelineParts
 from .providers.embedders import embedder_from_name
 from .providers.llm import LLM
 from .retrieval.embedding import EmbeddingWorker, check_model
@@ -147,9 +148,14 @@ class Memory:
             self.skipped["reconcile"] = "no embedder configured (it compares vectors)"
         self._reported: set[str] = set()
         self._reported_lock = threading.Lock()
+        self.parts = PipelineParts(
+            store=store, clock=clock, writer=self.writer, searcher=self.searcher, llm=llm,
+            embedder=embedder, embed_pending=self.embed_pending,
+            report_skipped=self.report_skipped)
+        """What the pipeline's workers and steps are given (never this facade)."""
         self._extraction: ExtractionWorker | None = None
         if llm is not None:
-            self._extraction = ExtractionWorker(self, options=extraction,
+            self._extraction = ExtractionWorker(self.parts, options=extraction,
                                                 instructions=extraction_instructions)
             if self._extraction.pending():
                 self._extraction.notify()

@@ -119,11 +119,13 @@ class UserMemory(UserKnowledge):
         session_id: str | None = None,
         limit: int = 10,
         time_mode: TimeMode | None = None,
+        min_score: float | None = None,
     ) -> list[Hit]:
         """Find past turns by keywords and meaning and/or a time range.
 
         A time expression in the query ("yesterday", "last week") boosts or filters the
-        turns inside the window it names, as ``search``'s ``time_mode`` says.
+        turns inside the window it names, as ``search``'s ``time_mode`` says;
+        ``min_score`` leaves out hits scoring below it (see ``search``).
         """
         if query is not None:
             check_query(query, self._memory.limits)
@@ -134,8 +136,8 @@ class UserMemory(UserKnowledge):
         if query is None or not query.strip():
             turns = self._store.query_turns(self.user_id, filters, descending=True, limit=limit)
             return [Hit(score=1.0, turn=t, why={"time_only": 1.0}) for t in turns]
-        return self._searcher(time_mode).search_turns(self.user_id, query, filters, limit,
-                                                      now=self._memory.clock())
+        return self._searcher(time_mode, min_score).search_turns(
+            self.user_id, query, filters, limit, now=self._memory.clock())
 
     def recent_conversations(self, limit: int = 20) -> list[Turn]:
         """The latest turns across sessions, newest first."""
@@ -169,9 +171,7 @@ class UserMemory(UserKnowledge):
                 non-finite ``duration_ms``, ``success=True`` with an ``error``, or text
                 no store can keep.
         """
-        if not isinstance(name, str) or not name.strip():
-            raise InvalidInput("a tool call needs a name")
-        check_name(name, "a tool's name")
+        check_name(name, "a tool call's name")
         error = check_optional_text(error, "error", self._memory.limits.max_turn_chars)
         if success is None:
             success = error is None
@@ -286,7 +286,9 @@ class UserMemory(UserKnowledge):
         "extracted_items"}, "prune": {"turns", "tool_calls", "items"}, "skipped"}``;
         steps that need an LLM (or vectors) are skipped without one and say why.
         """
-        return maintain_user(self, self._memory.maintenance)
+        return maintain_user(self._memory.parts, self.scope, self._memory.maintenance,
+                             decay=self.apply_confidence_decay, prune=self.prune,
+                             instructions=self._memory.extraction_instructions)
 
     def apply_confidence_decay(self, *, unused_days: int = 30, factor: float = 0.9) -> int:
         """Multiply confidence by ``factor`` for items unused for ``unused_days``.
@@ -300,6 +302,7 @@ class UserMemory(UserKnowledge):
                                                                       "unused_days")))
         recent = {i for e in self._store.events(self.user_id, kinds=["memory.decayed"],
                                                  since=cutoff) for i in e.payload["ids"]}
+        self._memory.recalls.flush()  # decide on uses noted so far, applied
         ids = [i for i, _ in self._store.stale_items(self.user_id, cutoff) if i not in recent]
         if ids:
             self._store.append([self._event("memory.decayed", {"ids": ids, "factor": factor})])
@@ -315,6 +318,7 @@ class UserMemory(UserKnowledge):
         """
         min_confidence = check_confidence(min_confidence)
         cutoff = iso(self._memory.clock() - timedelta(days=check_days(days)))
+        self._memory.recalls.flush()  # decide on uses noted so far, applied
         found = self._store.prunable(self.user_id, cutoff, min_confidence)
         if any(found.values()):
             self._store.append([self._event("memory.pruned", found)])

@@ -1,8 +1,8 @@
 """Fixtures: every store test runs on both backends, with a hand-driven clock.
 
-``backend`` is ``"sqlite"`` (a real file under ``tmp_path``) or ``"postgres"`` (a fresh
-schema on a real server, owned by a role that is no superuser, so row-level security
-is live). Tests that use ``mem``, ``vector_mem`` or ``db_url`` run once per backend;
+``backend`` is ``"sqlite"`` (a real file under ``tmp_path``) or ``"postgres"`` (a schema
+of the test's own on a real server, owned by a role that is no superuser, so row-level
+security is live). Tests that use ``mem``, ``vector_mem`` or ``db_url`` run once per backend;
 a test marked ``sqlite_only`` runs on SQLite alone, and says why.
 
 PostgreSQL: one server per session. ``LEDGERMEM_TEST_POSTGRES_URL`` when set (a role
@@ -24,8 +24,10 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import queue
 import shutil
 import tempfile
+import threading
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
@@ -163,8 +165,9 @@ def _private_server(directory: Path) -> Iterator[str]:
     try:
         url = str(server.get_uri())
         with psycopg.connect(url, autocommit=True) as conn:
-            # A throwaway server: durability only costs time.
-            for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+            # A throwaway server: durability only costs time, and autovacuum would
+            # only analyse a pooled schema's tables at random, mid-test.
+            for setting in ("fsync", "synchronous_commit", "full_page_writes", "autovacuum"):
                 conn.execute(f"ALTER SYSTEM SET {setting} = off")
             conn.execute("SELECT pg_reload_conf()")
         yield url
@@ -231,20 +234,39 @@ class SchemaPool:
     schema, not once per test.
 
     ``take`` hands out a schema under a new name (``ALTER SCHEMA … RENAME``), so a
-    connection left over from an earlier test cannot reach it. ``give_back`` empties
-    the tables the test wrote (``TRUNCATE``: new files, so no dead rows, pages or
-    visibility map, and the planner's row estimate is back to "never counted"),
-    restarts the sequences it used and drops the indexes it added (pgvector's, made
-    per embedding dimension); the schema goes back to the pool only when the rest of
-    it (``_FINGERPRINT_SQL``, the template's rows such as ``schema_version``, planner
-    statistics) is as the migrations left it. Otherwise it is dropped, and a later
-    ``take`` migrates a new one.
+    connection left over from an earlier test cannot reach it. ``give_back`` queues it
+    for a thread that, while the next test runs, empties the tables the test wrote
+    (``TRUNCATE``: new files, so no dead rows, pages or visibility map, and the
+    planner's row estimate is back to "never counted"), restarts the sequences it used
+    and drops the indexes it added (pgvector's, made per embedding dimension). The
+    schema goes back to the pool only when the rest of it (``_FINGERPRINT_SQL``, the
+    rows its migrations wrote such as ``schema_version``, planner statistics) is as
+    the migrations left it; otherwise it is dropped, and a later ``take`` migrates a
+    new one. (Its indexes, rebuilt empty by ``TRUNCATE``, say one page and no rows
+    where new ones say "never counted": the same plans for empty tables, at most a
+    partial index looks emptier to the planner.)
     """
+
+    size = 2
+    """Schemas kept however short the tests: one in a test, one being reset."""
 
     def __init__(self, database_url: str) -> None:
         self.database_url = database_url
+        self._conn = psycopg.connect(database_url, autocommit=True)
+        self._shape: frozenset[str] | None = None
+        self._kept: dict[str, dict[str, list[tuple[Any, ...]]]] = {}
+        """Per schema, the rows its migrations wrote (``schema_version``, with when)."""
         self._free: list[str] = []
-        self._shape: tuple[frozenset[str], dict[str, list[tuple[Any, ...]]]] | None = None
+        self._schemas = 0
+        """How many this pool has made and not dropped (in a test, free, or resetting)."""
+        self._resetting = 0
+        self._stopped = False
+        self._changed = threading.Condition()
+        self._dirty: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._errors: list[BaseException] = []
+        self._cleaner = threading.Thread(target=self._clean, name="ledgermem-schema-pool",
+                                         daemon=True)
+        self._cleaner.start()
 
     def url(self, schema: str) -> str:
         return with_login(self.database_url, search_path=f"{schema},public")
@@ -252,61 +274,103 @@ class SchemaPool:
     def take(self) -> str:
         """A migrated schema with no rows but the migrations'; returns its name."""
         name = f"t_{uuid.uuid4().hex[:12]}"
-        with psycopg.connect(self.database_url, autocommit=True) as conn:
-            if self._free:
-                conn.execute(f"ALTER SCHEMA {self._free.pop()} RENAME TO {name}")
-                return name
-            conn.execute(f"CREATE SCHEMA {name}")
+        with self._changed:
+            # Two schemas let one be reset while a test uses the other; past that,
+            # one being reset is ready sooner than a new one is migrated.
+            self._changed.wait_for(lambda: self._free or not self._resetting
+                                   or self._schemas < self.size or self._stopped)
+            reused = self._free.pop() if self._free else None
+            if reused is not None:
+                self._kept[name] = self._kept.pop(reused)
+            else:
+                self._schemas += 1
+        if reused is not None:
+            self._conn.execute(f"ALTER SCHEMA {reused} RENAME TO {name}")
+            return name
+        self._conn.execute(f"CREATE SCHEMA {name}")
         PostgresStore(self.url(name), min_size=0).close()
-        if self._shape is None:
-            with psycopg.connect(self.url(name), autocommit=True) as conn:
-                self._shape = _shape(conn, name)
+        kept = _kept_rows(self._conn, name)
+        shape = _fingerprint(self._conn, name)
+        with self._changed:
+            self._kept[name] = kept
+            self._shape = self._shape or shape
         return name
 
     def give_back(self, schema: str) -> None:
-        """Reset ``schema`` for the next test, or drop it if it cannot be."""
+        """Queue ``schema`` to be reset for another test (or dropped) in the background,
+        while the next test runs."""
+        with self._changed:
+            self._resetting += 1
+        self._dirty.put(schema)
+
+    def close(self) -> None:
+        """Finish the resets under way; raise what went wrong in one, if anything."""
+        self._dirty.put(None)
+        self._cleaner.join()
+        self._conn.close()
+        if self._errors:
+            raise self._errors[0]
+
+    def _clean(self) -> None:
         try:
-            with psycopg.connect(self.url(schema), autocommit=True) as conn:
-                conn.execute("SET lock_timeout = '5s'")  # a leaked transaction: give up
-                with conn.transaction():
-                    reusable = self._reset(conn, schema)
+            with psycopg.connect(self.database_url, autocommit=True) as conn:
+                while (schema := self._dirty.get()) is not None:
+                    reusable = self._reset_or_drop(conn, schema)
+                    with self._changed:
+                        self._resetting -= 1
+                        if reusable:
+                            self._free.append(schema)
+                        else:
+                            self._kept.pop(schema, None)
+                            self._schemas -= 1
+                        self._changed.notify_all()
+        except BaseException as exc:  # raised by close(), at the session's end
+            self._errors.append(exc)
+        finally:
+            with self._changed:
+                self._stopped = True  # take() migrates from now on
+                self._changed.notify_all()
+
+    def _reset_or_drop(self, conn: psycopg.Connection[Any], schema: str) -> bool:
+        try:
+            with conn.transaction():
+                conn.execute("SET LOCAL lock_timeout = '5s'")  # a leaked transaction
+                if self._reset(conn, schema):
+                    return True
         except psycopg.Error:
-            reusable = False
-        if reusable:
-            self._free.append(schema)
-            return
-        with contextlib.suppress(psycopg.Error), psycopg.connect(
-                self.database_url, autocommit=True) as conn:
-            conn.execute("SET lock_timeout = '5s'")
+            pass
+        with contextlib.suppress(psycopg.Error), conn.transaction():
+            conn.execute("SET LOCAL lock_timeout = '5s'")
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
+        return False
 
     def _reset(self, conn: psycopg.Connection[Any], schema: str) -> bool:
-        assert self._shape is not None
-        shape, template_rows = self._shape
+        with self._changed:
+            shape, kept_rows = self._shape, self._kept[schema]
+        assert shape is not None  # set by the first take, before any give_back
         ns = _namespace(conn, schema)
         if conn.execute("SELECT 1 FROM pg_stat_user_tables WHERE schemaname = %s AND "
                         "analyze_count + autoanalyze_count > 0", [schema]).fetchall():
             return False  # analysed: a fresh schema has no planner statistics
         conn.execute("SELECT set_config('ledgermem.all_users', 'on', true)")
-        for table, kept in template_rows.items():
-            if conn.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall() != kept:
+        for table, kept in kept_rows.items():
+            if conn.execute(f"SELECT * FROM {schema}.{table} ORDER BY 1").fetchall() != kept:
                 return False
-        added = conn.execute(
-            "SELECT c.relname FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid "
-            "WHERE c.relnamespace = %s", [ns]).fetchall()
-        for (index,) in added:
+        for (index,) in conn.execute(
+                "SELECT c.relname FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid "
+                "WHERE c.relnamespace = %s", [ns]).fetchall():
             if f"idx-name {index}" not in shape:
-                conn.execute(f"DROP INDEX {index}")
-        written = [name for (name,) in conn.execute(
+                conn.execute(f"DROP INDEX {schema}.{index}")
+        written = [f"{schema}.{name}" for (name,) in conn.execute(
             "SELECT relname FROM pg_class WHERE relnamespace = %s AND relkind = 'r' "
             "AND pg_relation_size(oid) > 0 ORDER BY 1", [ns]).fetchall()
-            if name not in template_rows]
+            if name not in kept_rows]
         if written:
             conn.execute(f"TRUNCATE {', '.join(written)}")
         for (sequence,) in conn.execute("SELECT sequencename FROM pg_sequences WHERE "
                                         "schemaname = %s AND last_value IS NOT NULL",
                                         [schema]).fetchall():
-            conn.execute(f"ALTER SEQUENCE {sequence} RESTART")
+            conn.execute(f"ALTER SEQUENCE {schema}.{sequence} RESTART")
         return _fingerprint(conn, schema) == shape
 
 
@@ -326,24 +390,26 @@ def _fingerprint(conn: psycopg.Connection[Any], schema: str) -> frozenset[str]:
     return frozenset(lines)
 
 
-def _shape(conn: psycopg.Connection[Any], schema: str
-           ) -> tuple[frozenset[str], dict[str, list[tuple[Any, ...]]]]:
-    """A just-migrated schema's fingerprint, and the rows its migrations wrote."""
+def _kept_rows(conn: psycopg.Connection[Any], schema: str
+               ) -> dict[str, list[tuple[Any, ...]]]:
+    """The rows a just-migrated schema holds, by table."""
     ns = _namespace(conn, schema)
     tables = [name for (name,) in conn.execute(
         "SELECT relname FROM pg_class WHERE relnamespace = %s AND relkind = 'r'",
         [ns]).fetchall()]
     with conn.transaction():
         conn.execute("SELECT set_config('ledgermem.all_users', 'on', true)")
-        kept = {table: found for table in tables
-                if (found := conn.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall())}
-    return _fingerprint(conn, schema), kept
+        kept = {table: found for table in tables if (found := conn.execute(
+            f"SELECT * FROM {schema}.{table} ORDER BY 1").fetchall())}
+    return kept
 
 
 @pytest.fixture(scope="session")
-def pg_schemas(pg_database: str) -> SchemaPool:
+def pg_schemas(pg_database: str) -> Iterator[SchemaPool]:
     """The session's pool of migrated schemas in ``pg_database``."""
-    return SchemaPool(pg_database)
+    pool = SchemaPool(pg_database)
+    yield pool
+    pool.close()
 
 
 @pytest.fixture

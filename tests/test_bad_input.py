@@ -256,10 +256,8 @@ def test_issue_9_bad_input_is_invalid_input_and_changes_nothing(
     assert snapshot(mem) == before
 
 
-# The same defects in the write methods the lead engineer is moving to domain/writer.py
-# (issue 9 §2): they pass once the writer calls the checks in ledgermem/validation.py.
-# Remove the xfail marks then (an XPASS here means the check landed).
-AWAITING_WRITER: dict[str, Callable[[UserMemory, Item], Any]] = {
+# The same defects in the write methods (checked by domain/writer.py's ItemWriter).
+BAD_WRITES: dict[str, Callable[[UserMemory, Item], Any]] = {
     "remember domain NUL": lambda u, i: u.remember("x", domain=NUL),
     "remember domain surrogate": lambda u, i: u.remember("x", domain=SURROGATE),
     "remember domain not text": lambda u, i: u.remember("x", domain=7),  # type: ignore[arg-type]
@@ -277,9 +275,7 @@ AWAITING_WRITER: dict[str, Callable[[UserMemory, Item], Any]] = {
 }
 
 
-@pytest.mark.parametrize("call", [pytest.param(
-    call, marks=pytest.mark.xfail(reason="awaits the writer's validation calls (issue 9)"))
-    for call in AWAITING_WRITER.values()], ids=AWAITING_WRITER.keys())
+@pytest.mark.parametrize("call", BAD_WRITES.values(), ids=BAD_WRITES.keys())
 def test_issue_9_bad_writes_are_invalid_input_and_change_nothing(
         mem: Memory, alice: UserMemory, item: Item,
         call: Callable[[UserMemory, Item], Any]) -> None:
@@ -322,3 +318,15 @@ def test_prune_of_zero_days_keeps_nothing_older_than_now(alice: UserMemory,
     alice.add_turn("user", "just said")
     clock.advance(seconds=1)
     assert alice.prune(days=0)["turns"] == 1
+
+
+def test_a_date_at_the_edge_of_time_is_invalid_input(mem: Memory, alice: UserMemory) -> None:
+    from datetime import timedelta, timezone
+
+    edge = datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=5)))
+    before = snapshot(mem)
+    with pytest.raises(InvalidInput):
+        alice.search("kites", time_from=edge)
+    with pytest.raises(InvalidInput):
+        alice.add_turn("user", "hi", at=edge)
+    assert snapshot(mem) == before

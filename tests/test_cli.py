@@ -64,10 +64,6 @@ def test_what_a_command_wrote_has_its_vector_when_the_command_returns(db: str) -
     assert embedded("conversations", turn["id"])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "vector candidates have no similarity floor (retrieval/hybrid.py, issue 9 §4): an "
-    "unrelated item that has a vector comes back, at the bottom; remove this mark when "
-    "the floor lands"))
 def test_recall_leaves_out_an_item_that_shares_nothing_with_the_query(db: str) -> None:
     tea = as_json(db, "remember", "Ann prefers green tea")
     as_json(db, "remember", "Ann's flight to Lisbon leaves on Friday")

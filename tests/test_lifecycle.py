@@ -90,6 +90,7 @@ def aged(alice: UserMemory, clock: FakeClock) -> dict[str, str]:
 
 def test_prune_drops_old_turns_tool_calls_and_weak_unused_items(
         mem: Memory, alice: UserMemory, aged: dict[str, str]) -> None:
+    mem.flush()  # the search's recall bookkeeping (prune would apply it first anyway)
     events = event_count(mem)
     assert alice.prune(days=90) == {"turns": 1, "tool_calls": 1, "items": 1}
     assert [t.id for t in alice.recent_conversations()] == [aged["new_turn"]]

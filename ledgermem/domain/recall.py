@@ -2,10 +2,11 @@
 
 A search that returns items notes them here and returns; it never waits on a write.
 The ``RecallWorker`` thread applies what was noted every ``interval_s`` seconds as one
-``memory.recalled`` ledger event per user (so it is still derived from the ledger and
-replayed by ``as_of``): coalesced per item, an item found by many searches in one
-interval gains one use and one ``boost`` of confidence. ``flush`` applies everything
-noted so far in the caller's thread; ``close`` does too, then stops.
+``memory.recalled`` ledger event per user, dated by its latest search (so it is still
+derived from the ledger and replayed by ``as_of``): coalesced per item, an item found
+by many searches in one interval gains one use and one ``boost`` of confidence.
+``flush`` applies everything noted so far in the caller's thread; ``close`` does too,
+then stops.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ class RecallWorker(BackgroundWorker):
         self.boost = boost
         self.idle_wake_s = interval_s
         self._noted: dict[tuple[str, str | None], dict[str, None]] = {}
+        self._last: dict[tuple[str, str | None], str] = {}
+        """When each user (and agent) was last noted: the time the event records."""
         self._lock = threading.Lock()
 
     def note(self, scope: Scope, item_ids: Iterable[str]) -> None:
@@ -46,9 +49,10 @@ class RecallWorker(BackgroundWorker):
         ids = list(item_ids)
         if not ids:
             return
+        key, now = (scope.user_id, scope.agent_id), iso(self.clock())
         with self._lock:
-            self._noted.setdefault((scope.user_id, scope.agent_id), {}).update(
-                dict.fromkeys(ids))
+            self._noted.setdefault(key, {}).update(dict.fromkeys(ids))
+            self._last[key] = now
         if self._thread is None:
             self.start()
 
@@ -60,19 +64,21 @@ class RecallWorker(BackgroundWorker):
     def run_once(self) -> int:
         with self._lock:
             noted, self._noted = self._noted, {}
+            last, self._last = self._last, {}
         if not noted:
             return 0
         try:
-            self._apply(noted)
+            self._apply(noted, last)
         except BaseException:
             with self._lock:  # keep them for the next try
                 for key, ids in noted.items():
                     self._noted.setdefault(key, {}).update(ids)
+                    self._last[key] = max(last[key], self._last.get(key, ""))
             raise
         return sum(len(ids) for ids in noted.values())
 
-    def _apply(self, noted: dict[tuple[str, str | None], dict[str, None]]) -> None:
-        now = iso(self.clock())
+    def _apply(self, noted: dict[tuple[str, str | None], dict[str, None]],
+               last: dict[tuple[str, str | None], str]) -> None:
         with self.store.transaction():
             for (user_id, agent_id), ids in noted.items():
                 # Only items that still exist: one forgotten meanwhile (or its user) gets
@@ -81,7 +87,8 @@ class RecallWorker(BackgroundWorker):
                     ids=tuple(ids), include_superseded=True))[0]}
                 if kept:
                     self.store.append([new_event(
-                        Scope(user_id, agent_id), now, Kind.MEMORY_RECALLED,
+                        Scope(user_id, agent_id), last[user_id, agent_id],
+                        Kind.MEMORY_RECALLED,
                         ItemsTouched(tuple(i for i in ids if i in kept), self.boost))])
 
     def flush(self) -> int:

@@ -25,6 +25,10 @@ from ..types import CATEGORIES, SOURCES, START_CONFIDENCE, Event, Item, ItemQuer
 from ..validation import (
     check_choice,
     check_confidence,
+    check_id,
+    check_ids,
+    check_optional_name,
+    check_optional_text,
     clean_content,
     clean_context,
     clean_entity,
@@ -32,6 +36,7 @@ from ..validation import (
 )
 from .dedup import dedup_terms, twin_of
 from .events import ItemAdded, ItemChanged, Kind, new_event
+from .lineage import lineage
 
 __all__ = ["ItemWriter"]
 
@@ -66,7 +71,7 @@ class ItemWriter:
 
     # reads inside a write ---------------------------------------------------------
     def require(self, user_id: str, item_id: str) -> Item:
-        item = self.store.get_item(user_id, item_id)
+        item = self.store.get_item(user_id, check_id(item_id, "item id"))
         if item is None:
             raise NotFound(f"no memory {item_id!r}")
         return item
@@ -99,6 +104,8 @@ class ItemWriter:
     ) -> Item:
         """Add an item, or refresh the active one it restates (see ``dedup``)."""
         text, meta = clean_content(content, metadata)
+        domain = check_optional_name(domain, "domain")
+        reason = check_optional_text(reason, "reason")
         check_choice("category", category, CATEGORIES)
         check_choice("source", source, SOURCES)
         conf = START_CONFIDENCE[source] if confidence is None else check_confidence(confidence)
@@ -174,6 +181,8 @@ class ItemWriter:
         """Replace an active item by a new version that supersedes it."""
         text, meta = clean_content(content, None)
         check_choice("source", source, SOURCES)
+        reason = check_optional_text(reason, "reason") or "revised"
+        turn_ids = check_ids(turn_ids, "turn_ids")
         new_category = None if category is None else check_choice("category", category,
                                                                    CATEGORIES)
         new_context = None if context is None else clean_context(context)
@@ -220,6 +229,9 @@ class ItemWriter:
         at: str | datetime | None = None,
     ) -> Item:
         """Mark an active item as no longer true (``valid_to``); nothing is erased."""
+        reason = check_optional_text(reason, "reason") or "no longer true"
+        source = check_optional_name(source, "source")
+        turn_ids = check_ids(turn_ids, "turn_ids")
         moment = self.when(at)
         with self.store.writing_for(scope.user_id):
             item = self.require(scope.user_id, item_id)
@@ -233,8 +245,9 @@ class ItemWriter:
             return self.require(scope.user_id, item.id)
 
     def restore(self, scope: Scope, item_id: str, *, reason: str = "restored") -> Item:
-        """Make a superseded or invalidated version active again; the active one of its
-        successors, if any, is invalidated, so one version of the fact is active."""
+        """Make a superseded or invalidated version active again; any other version of
+        the fact that is active (newer or older) is invalidated, so one stays active."""
+        reason = check_optional_text(reason, "reason") or "restored"
         with self.store.writing_for(scope.user_id):
             item = self.require(scope.user_id, item_id)
             if item.active:
@@ -243,25 +256,22 @@ class ItemWriter:
             events: list[Event] = [new_event(scope, now, Kind.MEMORY_RESTORED, {
                 "changes": {"valid_to": None, "superseded_by": None, "updated_at": now},
                 "reason": reason, "source": "user"}, subject_id=item.id)]
-            successor = self._active_successor(scope.user_id, item)
-            if successor is not None:
+            for other in self._active_versions(scope.user_id, item):
                 events.append(new_event(scope, now, Kind.MEMORY_INVALIDATED, {
-                    "changes": {"valid_to": max(now, successor.valid_from or ""),
+                    "changes": {"valid_to": max(now, other.valid_from or ""),
                                 "updated_at": now},
-                    "reason": f"{reason}: an earlier version is back", "source": "user",
-                    "restored": item.id}, subject_id=successor.id))
+                    "reason": f"{reason}: another version is back", "source": "user",
+                    "restored": item.id}, subject_id=other.id))
             self.store.append(events)
             return self.require(scope.user_id, item.id)
 
-    def _active_successor(self, user_id: str, item: Item) -> Item | None:
-        seen, next_id = {item.id}, item.superseded_by
-        while next_id is not None and next_id not in seen:
-            seen.add(next_id)
-            found = self.store.get_item(user_id, next_id)
-            if found is None or found.active:
-                return found
-            next_id = found.superseded_by
-        return None
+    def _active_versions(self, user_id: str, item: Item) -> list[Item]:
+        """The other versions of ``item``'s fact (newer or older) that are active."""
+        others = tuple(v for v in lineage(self.store, user_id, item.id) if v != item.id)
+        if not others:
+            return []
+        return [v for v in self.store.query_items(user_id, ItemQuery(ids=others))[0]
+                if v.active]
 
 
 def _why(reason: str, source: str | None, turn_ids: Sequence[str] | None) -> dict[str, Any]:

@@ -11,16 +11,16 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from pydantic import BaseModel
 
-from ..clock import new_id
+from ..domain.events import Kind, new_event
 from ..errors import ProviderError
 from ..providers.llm import LLM, LLMCall, recording
 from ..types import Event, Scope
 
-__all__ = ["Answer", "ask", "event", "llm_events"]
+__all__ = ["Answer", "ask", "llm_events"]
 
 log = logging.getLogger("ledgermem.llm")
 
@@ -59,15 +59,7 @@ def ask(llm: LLM, messages: Sequence[Mapping[str, str]], schema: type[T], *,
     return Answer(value, error, calls)
 
 
-def event(scope: Scope, ts: str, kind: str, payload: dict[str, Any], *,
-          subject_id: str | None = None, session_id: str | None = None) -> Event:
-    """A ledger event of ``scope``'s user, written by the pipeline."""
-    return Event(id=new_id(), ts=ts, user_id=scope.user_id, kind=kind, payload=payload,
-                 agent_id=scope.agent_id, session_id=session_id or scope.session_id,
-                 subject_id=subject_id)
-
-
 def llm_events(scope: Scope, ts: str, calls: Sequence[LLMCall]) -> list[Event]:
     """One ``llm.called`` event per call, for the ledger (and ``stats``)."""
-    return [event(scope, ts, "llm.called", {k: v for k, v in asdict(call).items()
-                                            if v is not None}) for call in calls]
+    return [new_event(scope, ts, Kind.LLM_CALLED, {k: v for k, v in asdict(call).items()
+                                                   if v is not None}) for call in calls]

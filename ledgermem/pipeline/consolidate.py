@@ -15,30 +15,34 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from ..clock import iso
+from ..domain.events import Kind, new_event
 from ..errors import InvalidInput
 from ..store.base import TurnQuery
-from ..types import CATEGORIES, ItemQuery
-from .calls import ask, event, llm_events
+from ..types import CATEGORIES, ItemQuery, Scope
+from ..validation import check_scope
+from .calls import ask, llm_events
 from .prompts import Consolidation, consolidation_messages, entity_or_none, time_or_none
 
 if TYPE_CHECKING:
-    from ..memory import UserMemory
     from ..providers.llm import LLM
+    from .parts import PipelineParts
 
 __all__ = ["consolidate"]
 
 log = logging.getLogger("ledgermem.consolidation")
 
 
-def consolidate(handle: UserMemory, llm: LLM, *, max_sessions: int = 5, idle_days: float = 14,
-                min_turns: int = 5, max_turns: int = 200, instructions: str | None = None
-                ) -> dict[str, int]:
-    """Consolidate up to ``max_sessions`` sessions of one user, oldest first.
+def consolidate(parts: PipelineParts, scope: Scope, llm: LLM, *, max_sessions: int = 5,
+                idle_days: float = 14, min_turns: int = 5, max_turns: int = 200,
+                instructions: str | None = None) -> dict[str, int]:
+    """Consolidate up to ``max_sessions`` sessions of ``scope``'s user, oldest first.
 
-    Returns ``consolidated`` (sessions), ``extracted_items`` and ``failed`` (calls).
+    Each session's items and marks are written for the user, ``scope``'s agent and that
+    session (context ``global``). Returns ``consolidated`` (sessions),
+    ``extracted_items`` and ``failed`` (calls).
     """
-    store, user_id, memory = handle.memory.store, handle.user_id, handle.memory
-    cutoff = iso(memory.clock() - timedelta(days=idle_days))
+    store, user_id = parts.store, scope.user_id
+    cutoff = iso(parts.clock() - timedelta(days=idle_days))
     due = sorted((s for s in store.sessions(user_id)
                   if s["last_ts"] < cutoff and s["turns"] >= min_turns and s["unconsolidated"]),
                  key=lambda s: (s["last_ts"], s["session_id"]))[:max_sessions]
@@ -51,11 +55,10 @@ def consolidate(handle: UserMemory, llm: LLM, *, max_sessions: int = 5, idle_day
         known = store.query_items(user_id, ItemQuery(), limit=30)[0]
         answer = ask(llm, consolidation_messages(turns, known, instructions=instructions),
                      Consolidation, purpose="consolidation")
-        scoped = memory.for_user(user_id, agent_id=handle.scope.agent_id,
-                                 session_id=session["session_id"])
+        scoped = check_scope(Scope(user_id, scope.agent_id, session["session_id"]))
         ids = [t.id for t in turns]
         with store.transaction():
-            store.append(llm_events(scoped.scope, iso(memory.clock()), answer.calls))
+            store.append(llm_events(scoped, iso(parts.clock()), answer.calls))
             if answer.value is None:
                 log.warning("consolidating session %s failed: %s", session["session_id"],
                             answer.error)
@@ -65,8 +68,9 @@ def consolidate(handle: UserMemory, llm: LLM, *, max_sessions: int = 5, idle_day
             for fact in answer.value.items:
                 try:
                     with store.transaction():
-                        scoped.remember(
-                            fact.content, fact.category if fact.category in CATEGORIES else "fact",
+                        parts.writer.remember(
+                            scoped, fact.content,
+                            fact.category if fact.category in CATEGORIES else "fact",
                             source="consolidation", context=fact.context or None,
                             entity=entity_or_none(fact.entity), sensitive=fact.sensitive,
                             due_at=time_or_none(fact.due_at, turns[-1].ts), valid_from=turns[-1].ts,
@@ -75,9 +79,9 @@ def consolidate(handle: UserMemory, llm: LLM, *, max_sessions: int = 5, idle_day
                     added += 1
                 except InvalidInput as exc:
                     log.warning("consolidation item skipped: %s", exc)
-            store.append([event(scoped.scope, iso(memory.clock()), "turn.consolidated",
-                                {"ids": ids, "items": added,
-                                 "skipped": len(answer.value.rejected)})])
+            store.append([new_event(scoped, iso(parts.clock()), Kind.TURN_CONSOLIDATED,
+                                    {"ids": ids, "items": added,
+                                     "skipped": len(answer.value.rejected)})])
         counts["consolidated"] += 1
         counts["extracted_items"] += added
         log.info("consolidated session %s: %d turns, %d items", session["session_id"],

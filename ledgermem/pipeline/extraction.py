@@ -29,10 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..background import BackgroundWorker
 from ..clock import iso, system_clock
+from ..domain.events import Kind, new_event
 from ..errors import InvalidInput, NotFound
 from ..store.base import TurnQuery
-from ..types import CATEGORIES, Item, ItemQuery, Turn
-from .calls import ask, event, llm_events
+from ..types import CATEGORIES, Item, ItemQuery, Scope, Turn
+from ..validation import check_scope
+from .calls import ask, llm_events
 from .prompts import (
     ExtractionResult,
     Operation,
@@ -42,7 +44,7 @@ from .prompts import (
 )
 
 if TYPE_CHECKING:
-    from ..memory import Memory, UserMemory
+    from .parts import PipelineParts
 
 __all__ = ["ExtractionOptions", "ExtractionReport", "ExtractionWorker", "apply_operations",
            "extract"]
@@ -92,61 +94,61 @@ class _Rejected(Exception):
     """An operation that cannot be applied as asked."""
 
 
-def extract(memory: Memory, turns: Sequence[Turn], *, holder: str,
+def extract(parts: PipelineParts, turns: Sequence[Turn], *, holder: str,
             options: ExtractionOptions, instructions: str | None) -> ExtractionReport:
-    """Extract knowledge from ``turns`` (one user, claimed by ``holder``) and apply it."""
-    first, store = turns[0], memory.store
-    handle = memory.for_user(first.user_id, agent_id=first.agent_id,
-                             session_id=first.session_id)
+    """Extract knowledge from ``turns`` (one user, claimed by ``holder``) and apply it,
+    for the user, agent and session of the first turn (context ``global``)."""
+    first, store = turns[0], parts.store
+    scope = check_scope(Scope(first.user_id, first.agent_id, first.session_id))
     ids = [t.id for t in turns]
     words = sum(len(t.content.split()) for t in turns)
     if words < options.min_words:
         note = {"outcome": "skipped", "reason": f"{words} words, fewer than {options.min_words}"}
-        return _settle(memory, handle, ids, holder, [], note)
-    assert memory.llm is not None, "extraction needs an LLM"
-    now = memory.clock()
-    memory.embed_pending()  # items written a moment ago must be findable by meaning too
-    hits = memory.searcher.search_items(first.user_id, "\n".join(t.content for t in turns),
-                                        ItemQuery(), options.related_items, now=now)
+        return _settle(parts, scope, ids, holder, [], note)
+    assert parts.llm is not None, "extraction needs an LLM"
+    now = parts.clock()
+    parts.embed_pending()  # items written a moment ago must be findable by meaning too
+    hits = parts.searcher.search_items(first.user_id, "\n".join(t.content for t in turns),
+                                       ItemQuery(), options.related_items, now=now)
     shown = {str(n): hit.item for n, hit in enumerate(hits, start=1) if hit.item is not None}
     messages = extraction_messages(turns, shown, instructions=instructions, now=turns[-1].ts)
-    answer = ask(memory.llm, messages, ExtractionResult, purpose="extraction")
+    answer = ask(parts.llm, messages, ExtractionResult, purpose="extraction")
     if answer.value is None:
         log.warning("extraction of turns %s failed, marked failed: %s", ids, answer.error)
-        return _settle(memory, handle, ids, holder, answer.calls,
+        return _settle(parts, scope, ids, holder, answer.calls,
                        {"outcome": "failed", "error": answer.error}, error=answer.error)
     result = answer.value
     with store.transaction():
         if not store.confirm_extraction(first.user_id, ids, holder):
-            return _lost(memory, handle, ids, answer.calls)
-        store.append(llm_events(handle.scope, iso(now), answer.calls))
-        counts, problems = apply_operations(handle, result, shown, turns, options)
-        store.append([event(handle.scope, iso(memory.clock()), "turns.extracted",
-                            {"ids": ids, "outcome": "done", **counts,
-                             **({"problems": problems} if problems else {})})])
+            return _lost(parts, scope, ids, answer.calls)
+        store.append(llm_events(scope, iso(now), answer.calls))
+        counts, problems = apply_operations(parts, scope, result, shown, turns, options)
+        store.append([new_event(scope, iso(parts.clock()), Kind.TURNS_EXTRACTED,
+                                {"ids": ids, "outcome": "done", **counts,
+                                 **({"problems": problems} if problems else {})})])
     return ExtractionReport(ids, "done", counts, problems)
 
 
-def _settle(memory: Memory, handle: UserMemory, ids: list[str], holder: str, calls: Any,
+def _settle(parts: PipelineParts, scope: Scope, ids: list[str], holder: str, calls: Any,
             payload: dict[str, Any], error: str | None = None) -> ExtractionReport:
-    ts = iso(memory.clock())
-    with memory.store.transaction():
-        if not memory.store.confirm_extraction(handle.user_id, ids, holder):
-            return _lost(memory, handle, ids, calls)
-        memory.store.append([*llm_events(handle.scope, ts, calls), event(
-            handle.scope, ts, "turns.extracted", {"ids": ids, **payload})])
+    ts = iso(parts.clock())
+    with parts.store.transaction():
+        if not parts.store.confirm_extraction(scope.user_id, ids, holder):
+            return _lost(parts, scope, ids, calls)
+        parts.store.append([*llm_events(scope, ts, calls), new_event(
+            scope, ts, Kind.TURNS_EXTRACTED, {"ids": ids, **payload})])
     return ExtractionReport(ids, str(payload["outcome"]), error=error)
 
 
-def _lost(memory: Memory, handle: UserMemory, ids: list[str], calls: Any) -> ExtractionReport:
+def _lost(parts: PipelineParts, scope: Scope, ids: list[str], calls: Any) -> ExtractionReport:
     log.info("turns %s were extracted by another worker meanwhile; answer dropped", ids)
-    memory.store.append(llm_events(handle.scope, iso(memory.clock()), calls))
+    parts.store.append(llm_events(scope, iso(parts.clock()), calls))
     return ExtractionReport(ids, "lost")
 
 
-def apply_operations(handle: UserMemory, result: ExtractionResult, shown: Mapping[str, Item],
-                     turns: Sequence[Turn], options: ExtractionOptions
-                     ) -> tuple[dict[str, int], list[str]]:
+def apply_operations(parts: PipelineParts, scope: Scope, result: ExtractionResult,
+                     shown: Mapping[str, Item], turns: Sequence[Turn],
+                     options: ExtractionOptions) -> tuple[dict[str, int], list[str]]:
     """Apply each operation in its own savepoint; one that fails is logged and skipped.
 
     Returns counts (``added``, ``updated``, ``deleted``, ``noop``, ``rejected``) and a
@@ -164,8 +166,8 @@ def apply_operations(handle: UserMemory, result: ExtractionResult, shown: Mappin
                             "DELETE(s) in one extraction")
             continue
         try:
-            with handle.memory.store.transaction():
-                counts[_apply(handle, op, shown, touched, turn_ids, at)] += 1
+            with parts.store.transaction():
+                counts[_apply(parts, scope, op, shown, touched, turn_ids, at)] += 1
         except (_Rejected, InvalidInput, NotFound) as exc:
             problems.append(f"{op.op} {op.id or ''}: {exc}".replace("  ", " "))
     counts["rejected"] = len(problems)
@@ -174,19 +176,20 @@ def apply_operations(handle: UserMemory, result: ExtractionResult, shown: Mappin
     return dict(counts), problems
 
 
-def _apply(handle: UserMemory, op: Operation, shown: Mapping[str, Item], touched: set[str],
-           turn_ids: list[str], at: str) -> str:
+def _apply(parts: PipelineParts, scope: Scope, op: Operation, shown: Mapping[str, Item],
+           touched: set[str], turn_ids: list[str], at: str) -> str:
+    """Apply one operation through the writer; returns the count it adds to."""
     if op.op == "NOOP":
         return "noop"
     why = op.reason or "extracted from conversation"
     if op.op == "ADD":
         if not op.content or not op.content.strip():
             raise _Rejected("no content")
-        handle.remember(op.content, _category(op.category), source="llm_extract",
-                        context=op.context or None, entity=entity_or_none(op.entity),
-                        sensitive=op.sensitive, due_at=time_or_none(op.due_at, at),
-                        valid_from=time_or_none(op.valid_from, at) or at,
-                        metadata={"turn_ids": turn_ids}, reason=why)
+        parts.writer.remember(scope, op.content, _category(op.category), source="llm_extract",
+                              context=op.context or None, entity=entity_or_none(op.entity),
+                              sensitive=op.sensitive, due_at=time_or_none(op.due_at, at),
+                              valid_from=time_or_none(op.valid_from, at) or at,
+                              metadata={"turn_ids": turn_ids}, reason=why)
         return "added"
     target = shown.get(op.id or "")
     if target is None:
@@ -195,18 +198,19 @@ def _apply(handle: UserMemory, op: Operation, shown: Mapping[str, Item], touched
         raise _Rejected("a second operation on the same item")
     touched.add(target.id)
     if op.op == "DELETE":
-        handle.invalidate(target.id, reason=why, source="llm_extract", turn_ids=turn_ids, at=at)
+        parts.writer.invalidate(scope, target.id, reason=why, source="llm_extract",
+                                turn_ids=turn_ids, at=at)
         return "deleted"
     if not op.content or not op.content.strip():
         raise _Rejected("no content")
     if op.content.strip() == target.content:
         return "noop"
-    handle.revise(target.id, op.content,
-                  category=op.category if op.category in CATEGORIES else None,
-                  context=op.context or None, entity=entity_or_none(op.entity),
-                  sensitive=op.sensitive or None, due_at=time_or_none(op.due_at, at),
-                  source="llm_extract", reason=why, turn_ids=turn_ids,
-                  at=time_or_none(op.valid_from, at) or at)
+    parts.writer.revise(scope, target.id, op.content,
+                        category=op.category if op.category in CATEGORIES else None,
+                        context=op.context or None, entity=entity_or_none(op.entity),
+                        sensitive=op.sensitive or None, due_at=time_or_none(op.due_at, at),
+                        source="llm_extract", reason=why, turn_ids=turn_ids,
+                        at=time_or_none(op.valid_from, at) or at)
     return "updated"
 
 
@@ -221,10 +225,10 @@ class ExtractionWorker(BackgroundWorker):
     batches another worker holds until that worker finishes or its claim expires.
     """
 
-    def __init__(self, memory: Memory, *, options: ExtractionOptions | None = None,
+    def __init__(self, parts: PipelineParts, *, options: ExtractionOptions | None = None,
                  instructions: str | None = None) -> None:
         super().__init__()
-        self.memory = memory
+        self.parts = parts
         self.options = options or ExtractionOptions()
         self.instructions = instructions
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -241,11 +245,11 @@ class ExtractionWorker(BackgroundWorker):
 
     def pending(self) -> bool:
         """Whether any turn, of any user, waits for extraction."""
-        return bool(self.memory.store.pending_extractions(1))
+        return bool(self.parts.store.pending_extractions(1))
 
     def run_once(self) -> int:
         """Claim and extract the batches at the head of the queue; returns turns settled."""
-        store, done = self.memory.store, 0
+        store, done = self.parts.store, 0
         now = system_clock()
         for user_id, ids in store.pending_extractions(
                 self.options.queue_batches, claimable_at=iso(now), holder=self.holder):
@@ -258,7 +262,7 @@ class ExtractionWorker(BackgroundWorker):
             turns = store.query_turns(user_id, TurnQuery(ids=tuple(ids)))
             size = max(1, self.options.max_turns_per_call)
             for start in range(0, len(turns), size):
-                report = extract(self.memory, turns[start:start + size], holder=self.holder,
+                report = extract(self.parts, turns[start:start + size], holder=self.holder,
                                  options=self.options, instructions=self.instructions)
                 done += 0 if report.outcome == "lost" else len(report.turn_ids)
         return done

@@ -22,14 +22,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..clock import iso
-from ..types import Event, Item, ItemQuery
-from .calls import ask, event, llm_events
+from ..domain.events import ItemChanged, Kind, new_event
+from ..types import Event, Item, ItemQuery, Scope
+from .calls import ask, llm_events
 from .prompts import Verdict, reconcile_messages
 
 if TYPE_CHECKING:
-    from ..memory import UserMemory
     from ..providers.llm import LLM
     from ..store.base import Vector
+    from .parts import PipelineParts
 
 __all__ = ["OUTCOMES", "candidate_pairs", "reconcile"]
 
@@ -68,12 +69,12 @@ def candidate_pairs(items: dict[str, Item], vectors: Sequence[tuple[str, Vector]
     return found[:limit]
 
 
-def reconcile(handle: UserMemory, llm: LLM, *, threshold: float = 0.85, max_pairs: int = 20
-              ) -> dict[str, int]:
-    """Compare up to ``max_pairs`` similar pairs of one user; returns the counts
+def reconcile(parts: PipelineParts, scope: Scope, llm: LLM, *, threshold: float = 0.85,
+              max_pairs: int = 20) -> dict[str, int]:
+    """Compare up to ``max_pairs`` similar pairs of ``scope``'s user; returns the counts
     ``pairs_checked``, ``reinforced``, ``contradicted``, ``weakened``, ``neutral``
     (and ``failed`` calls)."""
-    store, user_id = handle.memory.store, handle.user_id
+    store, user_id = parts.store, scope.user_id
     counts = dict.fromkeys(("pairs_checked", *OUTCOMES, "failed"), 0)
     vectors = store.item_vectors(user_id)
     if len(vectors) < 2:
@@ -88,18 +89,18 @@ def reconcile(handle: UserMemory, llm: LLM, *, threshold: float = 0.85, max_pair
             continue
         older, newer = sorted((first, second), key=lambda i: (i.created_at, i.id))
         answer = ask(llm, reconcile_messages(older, newer), Verdict, purpose="reconcile")
-        now = iso(handle.memory.clock())
+        now = iso(parts.clock())
         with store.transaction():
-            store.append(llm_events(handle.scope, now, answer.calls))
+            store.append(llm_events(scope, now, answer.calls))
             if answer.value is None:
                 log.warning("reconciling %s and %s failed: %s", a, b, answer.error)
                 counts["failed"] += 1
                 continue
             relation, reason = answer.value.relation, answer.value.reason
-            store.append([event(handle.scope, now, "memory.compared", {
+            store.append([new_event(scope, now, Kind.MEMORY_COMPARED, {
                 "a": a, "b": b, "outcome": relation, "similarity": round(similarity, 6),
                 "older": older.id, "newer": newer.id, "reason": reason}, subject_id=older.id),
-                *_moves(handle, relation, older, newer, reason, now)])
+                *_moves(scope, relation, older, newer, reason, now)])
         counts["pairs_checked"] += 1
         counts[{"reinforce": "reinforced", "contradict": "contradicted",
                 "weaken": "weakened", "neutral": "neutral"}[relation]] += 1
@@ -107,17 +108,16 @@ def reconcile(handle: UserMemory, llm: LLM, *, threshold: float = 0.85, max_pair
     return counts
 
 
-def _moves(handle: UserMemory, relation: str, older: Item, newer: Item, reason: str,
+def _moves(scope: Scope, relation: str, older: Item, newer: Item, reason: str,
            now: str) -> list[Event]:
     """The confidence changes (and invalidation) a verdict asks for."""
     why = f"reconcile: {relation}"
 
     def confidence(item: Item, delta: float, other: Item) -> Event:
         value = round(min(1.0, max(0.0, item.confidence + delta)), 6)
-        return event(handle.scope, now, "memory.updated", {
-            "changes": {"confidence": value, "updated_at": now}, "reason": why,
-            "source": "reconcile", "compared_with": other.id, "detail": reason},
-            subject_id=item.id)
+        return new_event(scope, now, Kind.MEMORY_UPDATED, ItemChanged(
+            {"confidence": value, "updated_at": now}, reason=why, source="reconcile",
+            extra={"compared_with": other.id, "detail": reason}), subject_id=item.id)
 
     if relation == "reinforce":
         return [confidence(older, REINFORCE, newer), confidence(newer, REINFORCE, older)]
@@ -125,9 +125,9 @@ def _moves(handle: UserMemory, relation: str, older: Item, newer: Item, reason: 
         return [confidence(older, -WEAKEN, newer)]
     if relation == "contradict":
         ends = max(now, older.valid_from or now)
-        return [confidence(newer, CONTRADICT_BOOST, older), event(
-            handle.scope, now, "memory.invalidated", {
-                "changes": {"valid_to": ends, "updated_at": now}, "reason": why,
-                "source": "reconcile", "contradicted_by": newer.id, "detail": reason},
+        return [confidence(newer, CONTRADICT_BOOST, older), new_event(
+            scope, now, Kind.MEMORY_INVALIDATED, ItemChanged(
+                {"valid_to": ends, "updated_at": now}, reason=why, source="reconcile",
+                extra={"contradicted_by": newer.id, "detail": reason}),
             subject_id=older.id)]
     return []

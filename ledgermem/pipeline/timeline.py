@@ -8,17 +8,16 @@ back, whatever the moment asked about.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 from ..domain.events import MEMORY_KINDS
+from ..domain.lineage import lineage
 from ..domain.projection import replay
 from ..retrieval.fusion import rrf
 from ..retrieval.hybrid import SearchOptions, item_time, keyword_text, window_why
 from ..retrieval.keyword import query_terms, word_set
 from ..retrieval.when import TimeWindow
-from ..store.base import Store
-from ..types import Event, Hit, Item, ItemQuery
+from ..types import Hit, Item, ItemQuery
 
 __all__ = ["MEMORY_KINDS", "lineage", "rank_as_of", "rank_by_overlap", "replay", "valid_at"]
 
@@ -98,21 +97,3 @@ def _stem(word: str) -> str:
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
             return word[: -len(suffix)]
     return word
-
-
-def lineage(store: Store, user_id: str, item_id: str) -> dict[str, list[Event]]:
-    """The ledger entries of ``item_id`` and of every version linked to it by
-    supersession, either way (``by`` / ``supersedes`` in the payloads), by item."""
-    found: dict[str, list[Event]] = {}
-    todo = [item_id]
-    while todo:
-        current = todo.pop()
-        found[current] = store.events(user_id, subject_id=current)
-        for event in found[current]:
-            todo.extend(other for other in _links(event.payload)
-                        if other not in found and other not in todo)
-    return found
-
-
-def _links(payload: Mapping[str, Any]) -> Sequence[str]:
-    return [v for k in ("by", "supersedes") if isinstance(v := payload.get(k), str)]

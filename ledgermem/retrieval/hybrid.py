@@ -58,6 +58,12 @@ class SearchOptions:
     time_filter: bool = False
     reranker: Reranker | None = None
     rerank_depth: int = 20
+    min_score: float = 0.0
+    """Hits scoring below this are left out (scores are on one scale across queries:
+    see ``Searcher`` — 1 is a row every retriever ranked first)."""
+    similarity_floor: float | None = None
+    """Knowledge vector candidates less similar than this to the query are no match
+    (None: the embedder's own ``similarity_floor``, else 0)."""
 
     def __post_init__(self) -> None:
         if not self.time_weight >= 0:
@@ -65,17 +71,51 @@ class SearchOptions:
         if not isinstance(self.rerank_depth, int) or self.rerank_depth < 1:
             raise InvalidInput(f"rerank_depth must be a positive integer, not "
                                f"{self.rerank_depth!r}")
+        if (not isinstance(self.min_score, int | float) or isinstance(self.min_score, bool)
+                or not 0 <= self.min_score <= 1):
+            raise InvalidInput(f"min_score must be within 0–1, not {self.min_score!r}")
         if self.reranker is not None and not callable(self.reranker):
             raise InvalidInput("reranker must be callable as reranker(query, hits)")
 
 
 class Searcher:
-    """Runs hybrid searches against one store (and embedder, when there is one)."""
+    """Runs hybrid searches against one store (and embedder, when there is one).
+
+    A hit's score is its fused relevance over the fused score of an ideal row (one
+    every retriever that voted on the query ranked first), times salience. So scores
+    mean the same across queries: near 1 for a row that both the words and the meaning
+    of the query found first, about 0.2 for a row only the vector retriever found,
+    and a query that matched nothing returns nothing (knowledge vector candidates under
+    the embedder's ``similarity_floor`` are not matches). ``min_score`` cuts on it.
+    """
 
     def __init__(self, store: Store, *, embedder: Any = None, options: SearchOptions) -> None:
         self.store = store
         self.embedder = embedder
         self.options = options
+        self._memo: dict[tuple[Any, ...], Any] | None = None
+
+    def sharing(self) -> Searcher:
+        """This searcher for one compound search (``search_all``): the query's
+        embedding and knowledge keyword results are computed once and reused by each
+        part of it. Not for reuse across queries."""
+        twin = Searcher(self.store, embedder=self.embedder, options=self.options)
+        twin._memo = {}
+        return twin
+
+    def _remembered(self, key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
+        if self._memo is None:
+            return compute()
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
+
+    def _item_keywords(self, user_id: str, terms: list[str], mode: MatchMode,
+                       filters: ItemQuery, limit: int) -> list[tuple[str, float]]:
+        found: list[tuple[str, float]] = self._remembered(
+            ("keyword", user_id, tuple(terms), mode, filters, limit),
+            lambda: self.store.keyword_search_items(user_id, terms, mode, filters, limit))
+        return found
 
     def with_options(self, **changes: Any) -> Searcher:
         """A searcher over the same store and embedder with some options changed."""
@@ -102,7 +142,9 @@ class Searcher:
                 # one-word match above them.
                 ranked["all_terms"] = every
         if self.options.mode != "keyword" and self.embedder is not None and query.strip():
-            ranked["vector"] = vector(embed_query(self.embedder, query), pool)
+            embedded = self._remembered(("embed", query),
+                                        lambda: embed_query(self.embedder, query))
+            ranked["vector"] = vector(embedded, pool)
         return ranked
 
     def _keyword(self, terms: list[str], every: list[tuple[str, float]], search: Any,
@@ -129,11 +171,13 @@ class Searcher:
         if window is not None and self.options.time_filter:
             filters = items_in(filters, window)
         text = keyword_text(query, window)
+        floor = self._floor()
         ranked = self._retrieve(
             query, pool,
-            _without_time(text, window, lambda t, mode, n: self.store.keyword_search_items(
+            _without_time(text, window, lambda t, mode, n: self._item_keywords(
                 user_id, t, mode, filters, n)),
-            lambda v, n: self.store.vector_search_items(user_id, v, filters, n),
+            lambda v, n: [hit for hit in self.store.vector_search_items(user_id, v, filters, n)
+                          if hit[1] >= floor],
         )
         if window is not None and (not self.options.time_filter or not text):
             inside = items_in(filters, window)
@@ -190,6 +234,21 @@ class Searcher:
             return listing(pool)
         return self._keyword(terms, search(terms, "and", pool), search, pool)
 
+    def _floor(self) -> float:
+        floor = self.options.similarity_floor
+        if floor is None:
+            floor = getattr(self.embedder, "similarity_floor", 0.0)
+        return float(floor)
+
+    def _ideal(self, ranked: Mapping[str, object], window: TimeWindow | None) -> float:
+        """The fused score of a row every retriever that voted on this query ranked
+        first (a hit's relevance is its fused score over this)."""
+        voters = set(ranked) - {"in_window"}  # the extra votes (all_terms, items) when cast
+        if window is not None:
+            voters.add("time")
+        weights = self._weights()
+        return sum(weights.get(name, 1.0) for name in voters) / (self.options.rrf_k + 1)
+
     def _finish(self, query: str, ranked: dict[str, list[tuple[str, float]]],
                 window: TimeWindow | None, limit: int, now: datetime,
                 load: Callable[[tuple[str, ...]], dict[str, Any]], signals: Any,
@@ -200,6 +259,7 @@ class Searcher:
         words (``in_window``: keyword hits searched inside the window) or its meaning
         (vector candidates), in fused order. Rows that are candidates only through the
         time expression's own words get no second vote from it."""
+        ideal = self._ideal(ranked, window)
         extra = ranked.pop("in_window", None)
         fused, why = self._fuse(ranked)
         order = sorted(fused, key=lambda doc: (-fused[doc], doc))
@@ -222,10 +282,10 @@ class Searcher:
             return []
         reranker = self.options.reranker
         depth = max(limit, self.options.rerank_depth) if reranker is not None else limit
-        hits = self._rank(fused, why, rows, depth, now, signals)
+        hits = self._rank(fused, ideal, why, rows, depth, now, signals)
         if reranker is not None:
             hits = rerank(reranker, query, hits, self.options.rerank_depth)
-        return hits[:limit]
+        return [hit for hit in hits if hit.score >= self.options.min_score][:limit]
 
     def _turns_via_items(self, user_id: str, query: str, filters: TurnQuery, pool: int
                          ) -> list[tuple[str, float]]:
@@ -237,8 +297,8 @@ class Searcher:
         if not terms:
             return []
         every = ItemQuery()
-        matched = (self.store.keyword_search_items(user_id, terms, "and", every, pool)
-                   or self.store.keyword_search_items(user_id, terms, "or", every, pool))
+        matched = (self._item_keywords(user_id, terms, "and", every, pool)
+                   or self._item_keywords(user_id, terms, "or", every, pool))
         if not matched:
             return []
         items = {i.id: i for i in self.store.query_items(
@@ -254,15 +314,19 @@ class Searcher:
         kept = {t.id for t in self.store.query_turns(user_id, replace(filters, ids=tuple(found)))}
         return [(turn_id, score) for turn_id, score in found.items() if turn_id in kept][:pool]
 
+    def _weights(self) -> dict[str, float]:
+        """Each retriever's weight in fusion."""
+        return {"keyword": self.options.keyword_weight, "vector": self.options.vector_weight,
+                "all_terms": self.options.keyword_weight / 2,
+                "items": self.options.expansion_weight,
+                # A hard filter's listing ("what did I say yesterday") still needs a vote.
+                "time": self.options.time_weight or 1.0}
+
     def _fuse(self, ranked: Mapping[str, Sequence[tuple[str, float]]],
               ranks_only: Mapping[str, Sequence[str]] | None = None,
               ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
         """RRF over the ranked lists and over ``ranks_only`` (lists without scores)."""
-        weights = {"keyword": self.options.keyword_weight, "vector": self.options.vector_weight,
-                   "all_terms": self.options.keyword_weight / 2,
-                   "items": self.options.expansion_weight,
-                   # A hard filter's listing ("what did I say yesterday") still needs a vote.
-                   "time": self.options.time_weight or 1.0}
+        weights = self._weights()
         lists = {name: [d for d, _ in hits] for name, hits in ranked.items()}
         fused = rrf({**lists, **(ranks_only or {})}, k=self.options.rrf_k, weights=weights)
         why: dict[str, dict[str, float]] = {doc: {} for doc in fused}
@@ -275,9 +339,8 @@ class Searcher:
                 why[doc_id][f"{name}_rank"] = rank
         return fused, why
 
-    def _rank(self, fused: dict[str, float], why: dict[str, dict[str, float]],
+    def _rank(self, fused: dict[str, float], ideal: float, why: dict[str, dict[str, float]],
               found: dict[str, Any], limit: int, now: datetime, signals: Any) -> list[Hit]:
-        best = max(fused.values())
         hits = []
         for doc_id, score in fused.items():
             row = found.get(doc_id)
@@ -285,7 +348,7 @@ class Searcher:
                 continue
             stamp, importance, confidence = signals(row)
             age = (now - datetime.fromisoformat(stamp)).total_seconds() / 86400
-            final = salience(score / best, age_days=age, importance=importance,
+            final = salience(min(1.0, score / ideal), age_days=age, importance=importance,
                              confidence=confidence, weights=self.options.salience)
             reasons = {**why[doc_id], "rrf": round(score, 6), "score": round(final, 6)}
             if isinstance(row, Item):
@@ -300,9 +363,8 @@ class Searcher:
 def merge_hits(knowledge: Sequence[Hit], conversations: Sequence[Hit]) -> list[Hit]:
     """One ranking of knowledge and conversation hits, by score, knowledge first on ties.
 
-    Each pipeline's score is its fused relevance normalised by that search's best
-    candidate, times salience, so the best of each list is near 1 and a list whose
-    second hit is almost as good as its first keeps it ahead of the other's weak second.
+    Each pipeline's score is its fused relevance over that of an ideal row (see
+    ``Searcher``), times salience, so scores of both kinds are on one scale.
     Each hit keeps its score; ``why`` gains ``knowledge_rank`` or ``conversation_rank``
     (its rank in its own list), which also says where it came from.
     """

@@ -1,9 +1,20 @@
 """The ``Store`` protocol: what every backend (SQLite, PostgreSQL) implements.
 
+``Store`` is the sum of small role protocols, so a part of the library can say which
+role it needs: ``Ledger`` (the events, the truth), ``ItemReader`` and ``TurnReader``
+(the views), ``TextIndex`` and ``EmbeddingIndex`` (search), ``JobQueue`` (work for the
+background workers) and ``Admin`` (settings, statistics, lifecycle).
+
 The ledger (``events``) is the truth. ``append`` writes events and, in the same
 transaction, applies each one to the views (knowledge, conversations, tool history);
 ``rebuild`` re-derives every view from the ledger. Reads are always filtered by
 ``user_id`` inside the store, so no caller can forget to.
+
+Whose rows a method touches is declared on it (``RowScope``): ``@scoped_to_user``
+(the user given as its first argument, ``user_id``), ``@scoped_to_events`` (the users
+of the events it is given), ``@across_users`` (maintenance) or ``@unscoped`` (no user
+rows). PostgreSQL enforces the declaration with row-level security; a method without
+one is refused when ``PostgresStore`` is defined, and fails ``test_store_protocol``.
 
 Score contract: ``keyword_search_*`` return ``(id, score)`` pairs best first, where a
 larger score is better (BM25 on both: FTS5's on SQLite, the same formula in SQL on
@@ -14,17 +25,37 @@ ranks (reciprocal rank fusion), so both backends rank the same way.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import enum
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
 from ..types import Event, Item, ItemQuery, ToolCall, Turn
 
-__all__ = ["Store", "TurnQuery"]
+__all__ = [
+    "ROLES",
+    "Admin",
+    "EmbeddingIndex",
+    "ItemReader",
+    "JobQueue",
+    "Ledger",
+    "RowScope",
+    "Store",
+    "TextIndex",
+    "TurnQuery",
+    "TurnReader",
+    "across_users",
+    "declaring",
+    "protocol_methods",
+    "row_scope",
+    "scoped_to_events",
+    "scoped_to_user",
+    "unscoped",
+]
 
 Vector = npt.NDArray[np.float32]
 MatchMode = Literal["and", "or"]
@@ -42,23 +73,75 @@ class TurnQuery:
     ids: tuple[str, ...] | None = None
 
 
+# whose rows a method touches ----------------------------------------------------------
+class RowScope(enum.Enum):
+    """Whose rows a store method reads or writes: on PostgreSQL, the rows row-level
+    security lets the call see."""
+
+    USER = "user"
+    """One user's: the user given as the method's first argument, ``user_id``."""
+    EVENTS = "events"
+    """The users of the events given as its first argument (``append``)."""
+    ALL_USERS = "all users"
+    """Every user's: maintenance, background work and moving data between stores."""
+    NONE = "none"
+    """No user's rows: store-wide settings and transaction boundaries (the calls made
+    inside a transaction bring their own scope)."""
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_SCOPE_ATTRIBUTE = "__row_scope__"
+
+
+def declaring(scope: RowScope) -> Callable[[_F], _F]:
+    """A decorator declaring ``scope`` on a method; a method takes one scope only."""
+
+    def declare(method: _F) -> _F:
+        declared = row_scope(method)
+        if declared is not None and declared is not scope:
+            raise TypeError(f"{method.__qualname__} declares two row scopes: "
+                            f"{declared.value} and {scope.value}")
+        setattr(method, _SCOPE_ATTRIBUTE, scope)
+        return method
+
+    return declare
+
+
+scoped_to_user = declaring(RowScope.USER)
+"""Declares ``RowScope.USER``: the method touches the rows of its first argument's user."""
+scoped_to_events = declaring(RowScope.EVENTS)
+"""Declares ``RowScope.EVENTS``: the method touches the rows of its events' users."""
+across_users = declaring(RowScope.ALL_USERS)
+"""Declares ``RowScope.ALL_USERS``: the method works on every user's rows."""
+unscoped = declaring(RowScope.NONE)
+"""Declares ``RowScope.NONE``: the method touches no user's rows itself."""
+
+
+def row_scope(method: object) -> RowScope | None:
+    """The row scope declared on ``method``, or None when it declares none."""
+    scope = getattr(method, _SCOPE_ATTRIBUTE, None)
+    return scope if isinstance(scope, RowScope) else None
+
+
+# roles ---------------------------------------------------------------------------------
 @runtime_checkable
-class Store(Protocol):
-    """Storage backend. Every method is scoped to one ``user_id`` unless it says not."""
+class Ledger(Protocol):
+    """The events, append-only: the truth every view is derived from."""
 
-    url: str
-
-    # ledger -----------------------------------------------------------------------
+    @scoped_to_events
     def append(self, events: Sequence[Event]) -> None:
         """Append events and apply them to the views, atomically."""
 
+    @unscoped
     def transaction(self) -> AbstractContextManager[None]:
         """Group several ``append`` calls into one atomic write (nests)."""
 
+    @unscoped
     def writing_for(self, user_id: str) -> AbstractContextManager[None]:
         """A ``transaction`` in which no other writer changes ``user_id``'s rows, so a
         check read inside it still holds when the write that depends on it lands."""
 
+    @scoped_to_user
     def events(
         self,
         user_id: str,
@@ -71,19 +154,36 @@ class Store(Protocol):
     ) -> list[Event]:
         """Ledger entries of one user in append order."""
 
+    @across_users
+    def ledger(self, after_seq: int, limit: int) -> list[tuple[int, Event]]:
+        """(seq, event) of every user's events after ``after_seq``, in ledger order."""
+
+    @across_users
+    def user_ids(self) -> list[str]:
+        """Every user with at least one event (for maintenance across users)."""
+
+    @scoped_to_user
     def redact(self, user_id: str, subject_id: str) -> None:
         """Blank the text of every event about ``subject_id`` (forgetting)."""
 
+    @scoped_to_user
     def delete_user(self, user_id: str) -> int:
         """Remove every row of one user, the ledger included. Returns events removed."""
 
+    @across_users
     def rebuild(self) -> None:
         """Re-derive every view and index from the ledger (all users)."""
 
-    # knowledge --------------------------------------------------------------------
+
+@runtime_checkable
+class ItemReader(Protocol):
+    """The knowledge view: items as the ledger's events left them."""
+
+    @scoped_to_user
     def get_item(self, user_id: str, item_id: str) -> Item | None:
         """One item of this user, or None."""
 
+    @scoped_to_user
     def query_items(
         self,
         user_id: str,
@@ -96,6 +196,57 @@ class Store(Protocol):
     ) -> tuple[list[Item], int]:
         """Items matching the filters, and how many match in all."""
 
+    @scoped_to_user
+    def due_items(self, user_id: str, until: str) -> list[Item]:
+        """Active items with ``due_at`` at or before ``until``."""
+
+    @scoped_to_user
+    def stale_items(self, user_id: str, before: str) -> list[tuple[str, float]]:
+        """(id, confidence) of active items unused since ``before``."""
+
+    @scoped_to_user
+    def facets(self, user_id: str, column: Literal["entity", "context", "category"]) -> list[
+        tuple[str, int]
+    ]:
+        """Distinct values of a knowledge column with item counts (active items)."""
+
+    @scoped_to_user
+    def compared_pairs(self, user_id: str) -> set[tuple[str, str]]:
+        """Item pairs (smaller id first) reconciliation has already compared."""
+
+
+@runtime_checkable
+class TurnReader(Protocol):
+    """The conversation and tool-history views."""
+
+    @scoped_to_user
+    def query_turns(
+        self, user_id: str, query: TurnQuery, *, descending: bool = False,
+        limit: int | None = None,
+    ) -> list[Turn]:
+        """Turns matching the filters, ordered by time."""
+
+    @scoped_to_user
+    def sessions(self, user_id: str) -> list[dict[str, Any]]:
+        """One row per session: id, turns, first and last timestamps."""
+
+    @scoped_to_user
+    def query_tool_calls(
+        self, user_id: str, *, name: str | None = None, success: bool | None = None,
+        since: str | None = None, limit: int | None = None,
+    ) -> list[ToolCall]:
+        """Logged tool calls, newest first."""
+
+    @scoped_to_user
+    def tool_stats(self, user_id: str) -> list[dict[str, Any]]:
+        """Per tool name: calls, failures, mean duration, last call."""
+
+
+@runtime_checkable
+class TextIndex(Protocol):
+    """Full-text search over the views (see the score contract above)."""
+
+    @scoped_to_user
     def keyword_search_items(
         self, user_id: str, terms: Sequence[str], mode: MatchMode, query: ItemQuery, limit: int
     ) -> list[tuple[str, float]]:
@@ -106,110 +257,84 @@ class Store(Protocol):
         then the newest rows holding a common term (score 0).
         """
 
-    def due_items(self, user_id: str, until: str) -> list[Item]:
-        """Active items with ``due_at`` at or before ``until``."""
-
-    # conversations ----------------------------------------------------------------
-    def query_turns(
-        self, user_id: str, query: TurnQuery, *, descending: bool = False,
-        limit: int | None = None,
-    ) -> list[Turn]:
-        """Turns matching the filters, ordered by time."""
-
+    @scoped_to_user
     def keyword_search_turns(
         self, user_id: str, terms: Sequence[str], mode: MatchMode, query: TurnQuery, limit: int
     ) -> list[tuple[str, float]]:
         """Full-text search over turns (content, speaker, neighbours, day in words);
         modes as ``keyword_search_items``."""
 
-    def sessions(self, user_id: str) -> list[dict[str, Any]]:
-        """One row per session: id, turns, first and last timestamps."""
 
-    # tools ------------------------------------------------------------------------
-    def query_tool_calls(
-        self, user_id: str, *, name: str | None = None, success: bool | None = None,
-        since: str | None = None, limit: int | None = None,
-    ) -> list[ToolCall]:
-        """Logged tool calls, newest first."""
+@runtime_checkable
+class EmbeddingIndex(Protocol):
+    """Vectors kept with the rows, searched by cosine, and swapped for a new model's.
+    Derived data: writing them appends no ledger event."""
 
-    def tool_stats(self, user_id: str) -> list[dict[str, Any]]:
-        """Per tool name: calls, failures, mean duration, last call."""
-
-    # observability ----------------------------------------------------------------
-    def counts(self, user_id: str) -> dict[str, Any]:
-        """Row counts for ``stats``."""
-
-    def facets(self, user_id: str, column: Literal["entity", "context", "category"]) -> list[
-        tuple[str, int]
-    ]:
-        """Distinct values of a knowledge column with item counts (active items)."""
-
-    def activity(self, user_id: str, since: str) -> list[tuple[str, str, int]]:
-        """(day, event kind, count) since a time."""
-
-    def stale_items(self, user_id: str, before: str) -> list[tuple[str, float]]:
-        """(id, confidence) of active items unused since ``before``."""
-
-    def prunable(self, user_id: str, before: str, min_confidence: float) -> dict[str, list[str]]:
-        """Ids of turns, tool calls and low-confidence items older than ``before``."""
-
-    def user_ids(self) -> list[str]:
-        """Every user with at least one event (for maintenance across users)."""
-
-    # moving between stores (any user) ---------------------------------------------
-    def ledger(self, after_seq: int, limit: int) -> list[tuple[int, Event]]:
-        """(seq, event) of every user's events after ``after_seq``, in ledger order."""
-
-    def stored_embeddings(self, table: Table, after_id: str, limit: int
-                          ) -> list[tuple[str, str, Vector, str]]:
-        """(id, text it was made from, vector, model) of rows, any user, that have a
-        vector, ordered by id, starting after ``after_id``."""
-
-    def user_counts(self) -> dict[str, dict[str, int]]:
-        """Per user: ``events``, ``items`` (superseded and invalidated included),
-        ``turns``, ``tool_calls`` and ``vectors`` (rows with an embedding)."""
-
-    # embeddings -------------------------------------------------------------------
-    def pending_embeddings(self, table: Table, limit: int) -> list[tuple[str, str]]:
-        """(id, text) of rows, any user, that have no embedding yet."""
-
-    def claim_pending_embeddings(self, table: Table, limit: int
-                                 ) -> AbstractContextManager[list[tuple[str, str]]]:
-        """Like ``pending_embeddings``, but other workers skip the rows while the block
-        runs (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; SQLite has one writer anyway)."""
-
-    def set_embeddings(
-        self, table: Table, rows: Sequence[tuple[str, str, Vector]], model: str
-    ) -> int:
-        """Store vectors for (id, text it was made from, vector) rows; a row whose text
-        changed meanwhile is skipped. Derived data: no ledger event. Returns rows set."""
-
+    @scoped_to_user
     def vector_search_items(
         self, user_id: str, vector: Vector, query: ItemQuery, limit: int
     ) -> list[tuple[str, float]]:
         """Items by cosine similarity to ``vector`` (filters applied first), best first."""
 
+    @scoped_to_user
     def vector_search_turns(
         self, user_id: str, vector: Vector, query: TurnQuery, limit: int
     ) -> list[tuple[str, float]]:
         """Turns by cosine similarity to ``vector`` (filters applied first), best first."""
 
+    @scoped_to_user
+    def item_vectors(self, user_id: str) -> list[tuple[str, Vector]]:
+        """(id, vector) of this user's active items that have an embedding."""
+
+    @across_users
+    def set_embeddings(
+        self, table: Table, rows: Sequence[tuple[str, str, Vector]], model: str
+    ) -> int:
+        """Store vectors for (id, text it was made from, vector) rows; a row whose text
+        changed meanwhile is skipped. Returns rows set."""
+
+    @across_users
+    def stored_embeddings(self, table: Table, after_id: str, limit: int
+                          ) -> list[tuple[str, str, Vector, str]]:
+        """(id, text it was made from, vector, model) of rows, any user, that have a
+        vector, ordered by id, starting after ``after_id``."""
+
+    @across_users
     def unstaged(self, table: Table, model: str, limit: int) -> list[tuple[str, str]]:
         """(id, text) of rows with no staged vector of ``model`` for their current text."""
 
+    @across_users
     def stage_embeddings(
         self, table: Table, rows: Sequence[tuple[str, str, Vector]], model: str
     ) -> None:
         """Keep vectors of a new model aside until ``promote_staged``."""
 
+    @across_users
     def promote_staged(self, model: str, dimensions: int) -> bool:
         """Atomically make the staged vectors of ``model`` the live ones and record the
         model; False (nothing changed) while some row still lacks a staged vector."""
 
+    @across_users
     def clear_embeddings(self) -> None:
         """Drop every stored vector (when the embedding model changes)."""
 
-    # write pipeline ---------------------------------------------------------------
+
+@runtime_checkable
+class JobQueue(Protocol):
+    """Work waiting for the background workers: rows to embed, turns to extract from.
+    Claims are scheduling state, not memory: no ledger event."""
+
+    @across_users
+    def pending_embeddings(self, table: Table, limit: int) -> list[tuple[str, str]]:
+        """(id, text) of rows, any user, that have no embedding yet."""
+
+    @across_users
+    def claim_pending_embeddings(self, table: Table, limit: int
+                                 ) -> AbstractContextManager[list[tuple[str, str]]]:
+        """Like ``pending_embeddings``, but other workers skip the rows while the block
+        runs (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; SQLite has one writer anyway)."""
+
+    @across_users
     def pending_extractions(
         self, limit: int, *, claimable_at: str | None = None, holder: str | None = None
     ) -> list[tuple[str, list[str]]]:
@@ -217,40 +342,82 @@ class Store(Protocol):
         turns of one ``add_turns`` call), oldest batch first. With ``claimable_at`` only
         batches no other worker holds at that time (unclaimed, expired, or ``holder``'s)."""
 
+    @scoped_to_user
     def claim_extraction(self, user_id: str, ids: Sequence[str], holder: str, until: str,
                          now: str) -> bool:
         """Claim pending turns for ``holder`` until ``until`` (all or none); False when
-        another worker holds one of them past ``now`` or one is no longer pending.
-        Scheduling state, not memory: no ledger event."""
+        another worker holds one of them past ``now`` or one is no longer pending."""
 
+    @scoped_to_user
     def confirm_extraction(self, user_id: str, ids: Sequence[str], holder: str) -> bool:
         """Inside the transaction that applies an extraction: lock the turns and say
         whether every one is still pending and claimed by ``holder``."""
 
+    @scoped_to_user
     def extraction_ids(self, user_id: str, state: str) -> list[str]:
         """Ids of this user's turns in one extraction state (``failed``, …), oldest first."""
 
+    @scoped_to_user
     def backlog(self, user_id: str) -> dict[str, int]:
         """Turns by extraction state (``extraction_pending`` / ``_done`` / ``_skipped`` /
         ``_failed``) and rows still waiting for a vector (``embedding_pending``)."""
 
-    def item_vectors(self, user_id: str) -> list[tuple[str, Vector]]:
-        """(id, vector) of this user's active items that have an embedding."""
 
-    def compared_pairs(self, user_id: str) -> set[tuple[str, str]]:
-        """Item pairs (smaller id first) reconciliation has already compared."""
+@runtime_checkable
+class Admin(Protocol):
+    """Where the store lives, its settings, statistics, and its lifecycle."""
 
-    def llm_usage(self, user_id: str) -> list[dict[str, Any]]:
-        """Per purpose and model: calls, tokens_in, tokens_out, errors, latency_ms (sum)."""
+    url: str
 
+    @unscoped
     def get_meta(self, key: str) -> str | None:
         """A store-wide setting (embedding model id, dimension)."""
 
+    @unscoped
     def set_meta(self, key: str, value: str) -> None:
         """Record a store-wide setting."""
 
+    @scoped_to_user
+    def counts(self, user_id: str) -> dict[str, Any]:
+        """Row counts for ``stats``."""
+
+    @scoped_to_user
+    def activity(self, user_id: str, since: str) -> list[tuple[str, str, int]]:
+        """(day, event kind, count) since a time."""
+
+    @scoped_to_user
+    def llm_usage(self, user_id: str) -> list[dict[str, Any]]:
+        """Per purpose and model: calls, tokens_in, tokens_out, errors, latency_ms (sum)."""
+
+    @scoped_to_user
+    def prunable(self, user_id: str, before: str, min_confidence: float) -> dict[str, list[str]]:
+        """Ids of turns, tool calls and low-confidence items older than ``before``."""
+
+    @across_users
+    def user_counts(self) -> dict[str, dict[str, int]]:
+        """Per user: ``events``, ``items`` (superseded and invalidated included),
+        ``turns``, ``tool_calls`` and ``vectors`` (rows with an embedding)."""
+
+    @unscoped
     def close(self) -> None:
         """Release connections."""
+
+
+@runtime_checkable
+class Store(Ledger, ItemReader, TurnReader, TextIndex, EmbeddingIndex, JobQueue, Admin,
+            Protocol):
+    """A storage backend: every role. Code that needs only some roles may ask for those."""
+
+
+ROLES: tuple[type[Any], ...] = (Ledger, ItemReader, TurnReader, TextIndex, EmbeddingIndex,
+                                JobQueue, Admin)
+"""The role protocols ``Store`` is made of; each method belongs to exactly one."""
+
+
+def protocol_methods() -> dict[str, Callable[..., Any]]:
+    """Every method of ``Store`` by name, as its role declares it (with its row scope)."""
+    return {name: member for role in ROLES for name, member in vars(role).items()
+            if not name.startswith("_") and callable(member)}
 
 
 def iter_chunks(values: Sequence[str], size: int = 500) -> Iterator[Sequence[str]]:

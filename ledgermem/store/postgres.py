@@ -8,9 +8,11 @@ to ``%s``.
 
 Isolation has two walls: every statement filters on ``user_id``, and row-level
 security (forced on the tables' owner too) shows a transaction only the rows of
-the user set in ``ledgermem.user_id``. Each user-scoped method sets it; the few
-maintenance methods that work across users (embedding, rebuild) set
-``ledgermem.all_users`` instead. A statement that ran with neither sees nothing.
+the user set in ``ledgermem.user_id``. Which of these a ``Store`` method runs as is
+declared on the protocol (``base.RowScope``): a method scoped to a user sets it from
+its first argument, ``append`` from its events' users, and the maintenance methods that
+work across users (embedding, rebuild) set ``ledgermem.all_users`` instead. A
+statement that ran with neither sees nothing.
 
 Both stores rank alike, so that fusion above them gives the same results: keyword
 search is FTS5's BM25 computed in SQL over postings derived from generated
@@ -22,7 +24,6 @@ until a user's vectors outgrow ``exact_search_limit``, then pgvector's HNSW inde
 from __future__ import annotations
 
 import functools
-import inspect
 import re
 import threading
 import time
@@ -46,7 +47,16 @@ from ..clock import iso, system_clock
 from ..domain.projection import changes_text
 from ..errors import InvalidInput, SchemaMismatch, StorageError
 from ..types import Event, ItemQuery
-from .base import MatchMode, Store, Table, TurnQuery, Vector
+from .base import (
+    MatchMode,
+    RowScope,
+    Table,
+    TurnQuery,
+    Vector,
+    declaring,
+    protocol_methods,
+    row_scope,
+)
 from .migrations import Migration
 from .pg_migrations import PG_MIGRATIONS, hnsw_index_sql
 from .sql import (
@@ -75,9 +85,11 @@ serialises planned writes of one user (``writing_for``)."""
 EXACT_SEARCH_LIMIT = 10_000
 """Up to this many candidate vectors a search is exact; beyond it, HNSW."""
 
+UserScope = tuple[str, bool]
+"""(user id, all users): what ``ledgermem.user_id`` and ``ledgermem.all_users`` are set to."""
 _SET_SCOPE = ("SELECT set_config('ledgermem.user_id', %s, true), "
               "set_config('ledgermem.all_users', %s, true)")
-_EVERY_USER = ("", True)
+_EVERY_USER: UserScope = ("", True)
 _BM25_SQL = """
 WITH hits AS MATERIALIZED (
     SELECT p.lexeme, p.pk, p.freq, p.doc_len, count(*) OVER (PARTITION BY p.lexeme) AS df
@@ -147,40 +159,59 @@ class _VectorBinary(Loader):
         return np.frombuffer(data, dtype=">f4", offset=4).astype(np.float32)
 
 
-_UNSCOPED = frozenset({"append", "transaction", "writing_for", "close", "get_meta",
-                       "set_meta"})
-"""Store methods that choose their own row-level security scope, or touch no user rows."""
+def _user_of_first(args: tuple[Any, ...], kwargs: dict[str, Any]) -> UserScope:
+    """``RowScope.USER``: the user is the first argument, ``user_id``."""
+    return str(args[0] if args else kwargs["user_id"]), False
+
+
+def _users_of_events(args: tuple[Any, ...], kwargs: dict[str, Any]) -> UserScope:
+    """``RowScope.EVENTS``: the events' one user, or every user when they are several."""
+    users = {event.user_id for event in (args[0] if args else kwargs["events"])}
+    return (next(iter(users)), False) if len(users) == 1 else _EVERY_USER
+
+
+def _every_user(args: tuple[Any, ...], kwargs: dict[str, Any]) -> UserScope:
+    """``RowScope.ALL_USERS``."""
+    return _EVERY_USER
+
+
+_SCOPE_OF: dict[RowScope, Callable[[tuple[Any, ...], dict[str, Any]], UserScope]] = {
+    RowScope.USER: _user_of_first,
+    RowScope.EVENTS: _users_of_events,
+    RowScope.ALL_USERS: _every_user,
+}
+"""How a call's row-level security scope follows from its arguments, per declared
+``RowScope``; ``RowScope.NONE`` methods are left as they are."""
 
 
 def _row_level_scoped(cls: type[PostgresStore]) -> type[PostgresStore]:
-    """Wrap every ``Store`` method of ``cls`` in the row-level security scope its
-    signature says: one user's rows when its first argument is ``user_id``, every
-    user's otherwise (the protocol's maintenance methods). Done by signature, so a
-    method added to the protocol and to ``SQLStore`` is scoped without a change here.
-    """
-    for name, member in vars(Store).items():
-        if name.startswith("_") or name in _UNSCOPED or not callable(member):
-            continue
+    """Wrap every ``Store`` method of ``cls`` in the row-level security scope that the
+    protocol declares for it (``base.RowScope``). A protocol method that declares none
+    is refused here, so no method can run with a scope nobody chose."""
+    for name, declared in protocol_methods().items():
+        scope = row_scope(declared)
+        if scope is None:
+            raise TypeError(f"Store.{name} declares no row scope: decorate it in "
+                            "ledgermem/store/base.py (scoped_to_user, across_users, …)")
         method = getattr(cls, name, None)
-        if method is None:  # not implemented yet: mypy's protocol check reports it
+        if scope is RowScope.NONE or method is None:  # None: not implemented, mypy says so
             continue
-        first = list(inspect.signature(method).parameters)[1:2]
-        setattr(cls, name, _scoped(method, per_user=first == ["user_id"]))
+        setattr(cls, name, _scoped(method, scope))
     return cls
 
 
-def _scoped(method: Callable[..., Any], *, per_user: bool) -> Callable[..., Any]:
+def _scoped(method: Callable[..., Any], scope: RowScope) -> Callable[..., Any]:
+    """``method`` run as the user scope that ``scope`` takes from its arguments. It
+    covers the call only: a method returning a context manager (``claim_pending_embeddings``)
+    enters its scope again in the block it yields from."""
+    scope_of = _SCOPE_OF[scope]
+
     @functools.wraps(method)
     def scoped(self: PostgresStore, *args: Any, **kwargs: Any) -> Any:
-        if per_user:
-            user_id = args[0] if args else kwargs["user_id"]
-            scope = (str(user_id), False)
-        else:
-            scope = _EVERY_USER
-        with self._scope(scope):
+        with self._scope(scope_of(args, kwargs)):
             return method(self, *args, **kwargs)
 
-    return scoped
+    return declaring(scope)(scoped)  # what it enforces, for test_store_protocol
 
 
 @functools.lru_cache(maxsize=1024)
@@ -257,7 +288,7 @@ class PostgresStore(SQLStore):
         self._pool.close()
 
     @contextmanager
-    def _scope(self, scope: tuple[str, bool]) -> Iterator[None]:
+    def _scope(self, scope: UserScope) -> Iterator[None]:
         """Statements of this thread run as ``scope`` (see ``_Local.scope``) inside."""
         local = self._local
         previous, local.scope = local.scope, scope
@@ -393,10 +424,7 @@ class PostgresStore(SQLStore):
         for user_id in {event.user_id for event in events if changes_text(event)}:
             for table in ("knowledge", "conversations"):
                 self._corpora.pop((table, user_id), None)
-        users = {event.user_id for event in events}
-        scope = (next(iter(users)), False) if len(users) == 1 else _EVERY_USER
-        with self._scope(scope):
-            super().append(events)
+        super().append(events)  # scoped to the events' users (RowScope.EVENTS)
 
     def _embedding_cache(self, run: Run) -> None:
         """Vectors stay server-side across a rebuild, in a temporary table."""
@@ -576,6 +604,7 @@ class PostgresStore(SQLStore):
             >>> with store.claim_pending_embeddings("knowledge", 64) as rows:  # doctest: +SKIP
             ...     store.set_embeddings("knowledge", embed(rows), model)
         """
+        # RowScope.ALL_USERS again: the wrapper's scope ends before this block runs.
         with self._scope(_EVERY_USER), self._writing() as run:
             yield [(r[0], r[1]) for r in run(_pending_sql(table), [limit])]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import groupby
 from pathlib import Path
@@ -105,6 +105,7 @@ class SQLiteStore(SQLStore):
         self._local = threading.local()
         self._write_lock = threading.RLock()
         self._connections: list[sqlite3.Connection] = []
+        self._tracer: Callable[[str], object] | None = None
         self._connections_lock = threading.Lock()
         self._closed = False
         self._indexes: dict[str, VectorIndex] = {"knowledge": VectorIndex(),
@@ -131,7 +132,16 @@ class SQLiteStore(SQLStore):
             self._local.depth = 0
             with self._connections_lock:
                 self._connections.append(conn)
+                conn.set_trace_callback(self._tracer)
         return conn
+
+    def trace(self, callback: Callable[[str], object] | None) -> None:
+        """Call ``callback(sql)`` with every statement any connection of this store
+        runs from now on (None stops): a cheap way to see what a call costs."""
+        with self._connections_lock:
+            self._tracer = callback
+            for conn in self._connections:
+                conn.set_trace_callback(callback)
 
     def close(self) -> None:
         self._closed = True
@@ -231,7 +241,7 @@ class SQLiteStore(SQLStore):
 
     # full-text search -------------------------------------------------------------
     def keyword_search_items(
-        self, user_id: str, terms: Sequence[str], mode: MatchMode, query: Any, limit: int
+        self, user_id: str, terms: Sequence[str], mode: MatchMode, query: ItemQuery, limit: int
     ) -> list[tuple[str, float]]:
         where, params = item_where_sql(user_id, query, prefix="t.")
         return self._keyword("knowledge", "bm25(knowledge_fts)", terms, mode, where, params,

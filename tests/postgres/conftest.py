@@ -1,7 +1,8 @@
 """PostgreSQL-only fixtures. The server, its database, the non-superuser role and
-the fresh schema per test (``pg_admin_url``, ``pg_database``, ``pg_schema``,
-``pg_url``) are in ``tests/conftest.py``, shared with the contract tests that run on
-both backends.
+the schema per test (``pg_admin_url``, ``pg_database``, ``pg_url``: a pooled, migrated
+schema for a test that uses ``pg_store`` or ``pg_memory``, a fresh, empty one for a
+test that asks for ``pg_url`` alone) are in ``tests/conftest.py``, shared with the
+contract tests that run on both backends.
 
 The stores under test connect as a role that owns its tables but is no superuser,
 so row-level security (forced on the owner) is live in every test: a statement that

@@ -34,17 +34,6 @@ SKIP: dict[str, str] = {}
 """Public methods left out, and why (say why for each: a method that takes a callable,
 or whose work cannot be undone, e.g.)."""
 
-AWAITING_WRITER: dict[str, frozenset[str]] = {
-    "remember": frozenset({"domain", "reason"}),
-    "update": frozenset({"domain", "metadata"}),
-    "revise": frozenset({"reason", "turn_ids"}),
-    "invalidate": frozenset({"reason", "source", "turn_ids"}),
-    "restore": frozenset({"reason"}),
-}
-"""Arguments of the writes being moved to ``domain/writer.py`` that it does not check yet
-(issue 9: see the report of the validation work); they get only valid values here until
-it does. Delete entries as the checks land."""
-
 SURROGATE, NUL = "\ud800", "a\x00b"
 HOSTILE_VALUES: list[Any] = [
     None, True, False, 0, -1, 2**31, 2**63, 2**64, 10**20, -(10**20), 1e12, -1e12, 0.5,
@@ -98,7 +87,7 @@ METHODS = _public_methods()
 
 def test_the_fuzz_lists_are_current() -> None:
     assert len(METHODS) > 30
-    stale = {*SKIP, *AWAITING_WRITER} - {n for n, _ in inspect.getmembers(UserMemory)}
+    stale = set(SKIP) - {n for n, _ in inspect.getmembers(UserMemory)}
     assert not stale, f"no such methods: {stale}"
 
 
@@ -131,13 +120,13 @@ def _stored_text_is_clean(store: Store) -> None:
             assert not found, f"{event.kind} stored text PostgreSQL refuses: {found}"
 
 
-def _arguments(data: st.DataObject, function: Callable[..., Any], valid: dict[str, Any],
-               trusted: frozenset[str]) -> dict[str, Any]:
+def _arguments(data: st.DataObject, function: Callable[..., Any], valid: dict[str, Any]
+               ) -> dict[str, Any]:
     """Keyword arguments for ``function``: valid ones, and up to two hostile ones (or
     none, so that valid calls run too)."""
     parameters = [p for p in inspect.signature(function).parameters.values()
                   if p.name != "self"]
-    names = [p.name for p in parameters if p.name not in trusted]
+    names = [p.name for p in parameters]
     hostile = data.draw(st.sets(st.sampled_from(names), max_size=2) if names else
                         st.just(set()), label="hostile")
     arguments: dict[str, Any] = {}
@@ -183,7 +172,7 @@ def test_only_ledgermem_errors_escape_and_refusals_change_nothing(
         data: st.DataObject) -> None:
     user, valid = fuzzed
     function = getattr(user, method)
-    arguments = _arguments(data, function, valid, AWAITING_WRITER.get(method, frozenset()))
+    arguments = _arguments(data, function, valid)
     _call(mem.store, lambda: function(**arguments))
 
 
@@ -191,7 +180,7 @@ def test_only_ledgermem_errors_escape_and_refusals_change_nothing(
 @FUZZ
 @given(data=st.data())
 def test_for_user_takes_only_storable_scopes(mem: Memory, data: st.DataObject) -> None:
-    arguments = _arguments(data, mem.for_user, VALID, frozenset())
+    arguments = _arguments(data, mem.for_user, VALID)
 
     def write() -> None:
         user = mem.for_user(**arguments)
