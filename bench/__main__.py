@@ -4,6 +4,9 @@
     python -m bench --quick              # LoCoMo keyword only and scale at 10k
     python -m bench --locomo FILE        # another LoCoMo-format file
     python -m bench --postgres URL       # also LoCoMo and scale on PostgreSQL
+    python -m bench --no-touch           # scale searches with touch=False, to compare
+
+Searches use the options a user gets by default (recall bookkeeping on).
 
 Record what it prints, with the machine and date, in docs/benchmarks.md.
 """
@@ -69,6 +72,10 @@ def main() -> int:
     parser.add_argument("--locomo", type=Path, default=DEFAULT_LOCOMO)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--postgres", default=None, help="a PostgreSQL URL to measure too")
+    parser.add_argument("--sizes", default=None,
+                        help="scale sizes, comma-separated (default 10000,100000)")
+    parser.add_argument("--no-touch", action="store_true",
+                        help="scale searches with touch=False instead of the default")
     args = parser.parse_args()
     results: dict[str, Any] = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -82,15 +89,16 @@ def main() -> int:
                                                   str(args.locomo), "--mode", mode)
     else:
         print(f"skipping LoCoMo: {args.locomo} not found", file=sys.stderr)
-    sizes = "10000" if args.quick else "10000,100000"
-    results["scale"] = ledgermem("bench", "scale", "--items", sizes)
+    sizes = args.sizes or ("10000" if args.quick else "10000,100000")
+    touch = ["--no-touch"] if args.no_touch else []
+    results["scale"] = ledgermem("bench", "scale", "--items", sizes, *touch)
     if args.postgres:
         for mode in modes if args.locomo.exists() else []:
             results[f"locomo_{mode}_postgres"] = ledgermem(
                 "--db", args.postgres, "bench", "locomo", "--data", str(args.locomo),
                 "--mode", mode)
         results["scale_postgres"] = ledgermem("bench", "scale", "--items", sizes,
-                                              "--db", args.postgres)
+                                              "--db", args.postgres, *touch)
     out = ROOT / "bench" / "results"
     out.mkdir(exist_ok=True)
     target = out / f"bench-{datetime.now(UTC):%Y%m%d-%H%M%S}.json"

@@ -5,7 +5,7 @@ over it. Embedded on SQLite by default, PostgreSQL + pgvector for teams.
 """
 
 from .aio import AsyncMemory, AsyncUserMemory
-from .clock import Clock
+from .clock import Clock, DateOrder
 from .errors import (
     AccessDenied,
     ConfigError,
@@ -26,6 +26,7 @@ from .retrieval.when import TimeWindow, find_time_window
 from .store.base import Store
 from .store.sqlite import SQLiteStore
 from .types import CATEGORIES, SOURCES, Event, Hit, Item, ItemQuery, Scope, ToolCall, Turn
+from .validation import Limits
 
 __version__ = "0.1.0"
 
@@ -38,6 +39,7 @@ __all__ = [
     "AsyncUserMemory",
     "Clock",
     "ConfigError",
+    "DateOrder",
     "Event",
     "ExtractionOptions",
     "Hit",
@@ -46,6 +48,7 @@ __all__ = [
     "ItemQuery",
     "LLMCall",
     "LedgermemError",
+    "Limits",
     "MaintenanceOptions",
     "Memory",
     "NotFound",

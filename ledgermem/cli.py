@@ -585,17 +585,13 @@ def add_turns(obj: Context, file: str, session_id: str | None, infer: bool) -> N
 
 
 def _read_turns(source: IO[str], name: str) -> list[dict[str, Any]]:
+    from .transfer import parse_object_line
+
     turns = []
     for number, line in enumerate(source, start=1):
         if not line.strip():
             continue
-        try:
-            turn = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InvalidInput(f"{name}, line {number}: not JSON ({exc.msg})") from exc
-        if not isinstance(turn, dict):
-            raise InvalidInput(f"{name}, line {number}: not a JSON object")
-        turns.append(turn)
+        turns.append(parse_object_line(line, f"{name}, line {number}"))
     if not turns:
         raise InvalidInput(f"{name} holds no turns")
     return turns
@@ -642,6 +638,24 @@ def rebuild(obj: Context) -> None:
     """Re-derive every view and index from the ledger."""
     obj.open(embed=False).rebuild()
     obj.emit({"rebuilt": True}, lambda: obj.console.print("rebuilt every view from the ledger"))
+
+
+@command(main)
+def verify(obj: Context) -> None:
+    """Check every knowledge item against the ledger's replay; exit 1 if any differs
+    (rebuild mends it)."""
+    report = obj.open(embed=False).verify()
+
+    def render() -> None:
+        for problem in report["problems"]:
+            obj.console.print(problem, markup=False)
+        obj.console.print(f"checked {report['items']} items of {report['users']} users: "
+                          + (f"{len(report['problems'])} problems" if report["problems"]
+                             else "the views match the ledger"))
+
+    obj.emit(report, render)
+    if report["problems"]:
+        raise SystemExit(1)
 
 
 @command(main)
@@ -866,14 +880,20 @@ def bench_longmemeval(obj: Context, data: str, granularity: str, mode: str,
               help="A postgresql://… URL to measure instead of SQLite: each size runs in a "
                    "new schema there, dropped at the end. Default: the global --db when "
                    "it is such a URL given on the command line.")
-def bench_scale(obj: Context, items: str, queries: int, db: str | None) -> None:
-    """Add throughput, recall latency, peak RSS and file size at several sizes."""
+@click.option("--no-touch", "no_touch", is_flag=True,
+              help="Search with touch=False (no recall bookkeeping), to compare with the "
+                   "default.")
+def bench_scale(obj: Context, items: str, queries: int, db: str | None,
+                no_touch: bool) -> None:
+    """Add throughput, recall latency, peak RSS and file size at several sizes (searches
+    use the defaults a user gets, recall bookkeeping on, unless --no-touch)."""
     from .benchmarks.scale import run_scale
 
     url = _bench_db(obj, db)
     if db is None and url is not None and not url.startswith(("postgresql:", "postgres:")):
         url = None  # a global SQLite --db: scale measures new files, as it always did
-    result = run_scale(_ks(items), queries=queries, db=url, quiet=obj.as_json)
+    result = run_scale(_ks(items), queries=queries, db=url, quiet=obj.as_json,
+                       touch=not no_touch)
 
     def render() -> None:
         table = Table(title="scale")

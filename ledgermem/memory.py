@@ -15,6 +15,7 @@ from typing import Any
 
 from .clock import Clock, DateOrder, check_date_order, iso, parse_when, system_clock
 from .domain.recall import RecallWorker
+from .domain.verify import verify
 from .domain.writer import ItemWriter
 from .errors import ConfigError, InvalidInput
 from .handle import TIME_MODES, TimeMode
@@ -244,6 +245,13 @@ class Memory:
     def rebuild(self) -> None:
         """Re-derive every view and index from the ledger."""
         self.store.rebuild()
+
+    def verify(self) -> dict[str, Any]:
+        """Check that every knowledge item is what the ledger, replayed through the one
+        projection, says it is (pending recall bookkeeping applied first). Returns
+        ``{"users", "items", "problems"}``; ``rebuild`` mends what it finds."""
+        self.recalls.flush()
+        return verify(self.store)
 
     def close(self) -> None:
         """Stop background work and release the store's connections."""

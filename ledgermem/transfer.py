@@ -309,7 +309,7 @@ def import_jsonl(store: Store, fileobj: IO[str], *, progress: Progress | None = 
     first = next(lines, None)
     if first is None:
         raise InvalidInput("an empty file is no ledgermem export")
-    header = _parse(first[1], "line 1")
+    header = parse_object_line(first[1], "line 1")
     if header.get("format") != FORMAT:
         raise InvalidInput("not a ledgermem export (its first line names no "
                            f"{FORMAT!r} format)")
@@ -318,7 +318,8 @@ def import_jsonl(store: Store, fileobj: IO[str], *, progress: Progress | None = 
                            f"ledgermem reads ({VERSION}); upgrade ledgermem")
     if header.get("vector_encoding", VECTOR_ENCODING) != VECTOR_ENCODING:
         raise InvalidInput(f"unknown vector encoding {header.get('vector_encoding')!r}")
-    records = ((f"line {n}", _parse(line, f"line {n}")) for n, line in lines if line.strip())
+    records = ((f"line {n}", parse_object_line(line, f"line {n}"))
+               for n, line in lines if line.strip())
     return _write(store, header, records, progress).done["events"]
 
 
@@ -368,7 +369,8 @@ def _ended(records: Iterable[dict[str, Any]], where: str
     yield where, {"type": "end", **done}
 
 
-def _parse(line: str, where: str) -> dict[str, Any]:
+def parse_object_line(line: str, where: str) -> dict[str, Any]:
+    """One JSON Lines record that must be an object (``where`` names it in errors)."""
     try:
         value = json.loads(line)
     except json.JSONDecodeError as exc:
