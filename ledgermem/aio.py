@@ -216,6 +216,7 @@ class AsyncMemory(_Offloading[Memory]):
     embed_pending = _InThread(Memory.embed_pending)
     maintain = _InThread(Memory.maintain)
     rebuild = _InThread(Memory.rebuild)
+    verify = _InThread(Memory.verify)
     close = _InThread(Memory.close)
 
     async def __aenter__(self) -> AsyncMemory:

@@ -14,7 +14,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from .clock import iso, new_id
+from .clock import iso
+from .domain.events import Kind, Payload, new_event
 from .errors import NotFound
 from .retrieval.hybrid import Searcher, SearchOptions
 from .types import Event, Item, Scope
@@ -61,14 +62,11 @@ class UserHandle:
         return iso(self._memory.clock())
 
     def _event(
-        self, kind: str, payload: dict[str, Any], *, subject_id: str | None = None,
+        self, kind: Kind, payload: Payload | dict[str, Any], *, subject_id: str | None = None,
         session_id: str | None = None, ts: str | None = None,
     ) -> Event:
-        return Event(
-            id=new_id(), ts=ts or self._now(), user_id=self.user_id, kind=kind, payload=payload,
-            agent_id=self.scope.agent_id, session_id=session_id or self.scope.session_id,
-            subject_id=subject_id,
-        )
+        return new_event(self.scope, ts or self._now(), kind, payload, subject_id=subject_id,
+                         session_id=session_id)
 
     def _require(self, item_id: str) -> Item:
         item = self._store.get_item(self.user_id, check_id(item_id, "item id"))

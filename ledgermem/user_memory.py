@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .clock import iso, new_id
+from .domain.events import ItemsScaled, Kind, Pruned
 from .errors import InvalidInput
 from .handle import TimeMode
 from .knowledge import UserKnowledge
@@ -94,7 +95,7 @@ class UserMemory(UserKnowledge):
                        "metadata": json_object(turn.get("metadata"), "metadata")}
             if batch:
                 payload["extract"] = batch
-            events.append(self._event(f"turn.{role}", payload, session_id=session))
+            events.append(self._event(Kind.turn(role), payload, session_id=session))
         self._store.append(events)
         self._memory._written()
         if batch and events:
@@ -182,7 +183,7 @@ class UserMemory(UserKnowledge):
                                "(or leave success out) with an error")
         if duration_ms is not None:
             duration_ms = check_number(duration_ms, "duration_ms", 0, math.inf)
-        event = self._event("tool.called", {
+        event = self._event(Kind.TOOL_CALLED, {
             "name": name, "arguments": json_object(arguments, "arguments"),
             "success": success, "duration_ms": duration_ms, "error": error},
             session_id=check_optional_name(session_id, "session_id"))
@@ -212,7 +213,7 @@ class UserMemory(UserKnowledge):
         """Queue again the turns whose extraction failed; returns how many."""
         ids = self._store.extraction_ids(self.user_id, "failed")
         if ids:
-            self._store.append([self._event("turns.queued", {"ids": ids})])
+            self._store.append([self._event(Kind.TURNS_QUEUED, {"ids": ids})])
             self._memory._queued()
         return len(ids)
 
@@ -300,12 +301,12 @@ class UserMemory(UserKnowledge):
             raise InvalidInput("decay factor must be in (0, 1], not 0")
         cutoff = iso(self._memory.clock() - timedelta(days=check_days(unused_days,
                                                                       "unused_days")))
-        recent = {i for e in self._store.events(self.user_id, kinds=["memory.decayed"],
+        recent = {i for e in self._store.events(self.user_id, kinds=[Kind.MEMORY_DECAYED],
                                                  since=cutoff) for i in e.payload["ids"]}
         self._memory.recalls.flush()  # decide on uses noted so far, applied
         ids = [i for i, _ in self._store.stale_items(self.user_id, cutoff) if i not in recent]
         if ids:
-            self._store.append([self._event("memory.decayed", {"ids": ids, "factor": factor})])
+            self._store.append([self._event(Kind.MEMORY_DECAYED, ItemsScaled(tuple(ids), factor))])
         return len(ids)
 
     def prune(self, days: int = 90, *, min_confidence: float = 0.1) -> dict[str, int]:
@@ -321,6 +322,7 @@ class UserMemory(UserKnowledge):
         self._memory.recalls.flush()  # decide on uses noted so far, applied
         found = self._store.prunable(self.user_id, cutoff, min_confidence)
         if any(found.values()):
-            self._store.append([self._event("memory.pruned", found)])
+            self._store.append([self._event(Kind.MEMORY_PRUNED, Pruned(
+                items=found["items"], turns=found["turns"], tools=found["tools"]))])
         return {"turns": len(found["turns"]), "tool_calls": len(found["tools"]),
                 "items": len(found["items"])}

@@ -28,7 +28,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -38,13 +38,14 @@ import numpy.typing as npt
 from rich.progress import Progress
 
 from ..clock import iso, new_id
+from ..domain.events import ItemAdded, Kind, new_event
 from ..errors import InvalidInput
 from ..memory import Memory
 from ..providers.embedders import Embedder, embedder_from_name, normalise
 from ..retrieval.keyword import STOPWORDS
 from ..store.base import Store
 from ..store.sqlite import SQLiteStore
-from ..types import START_CONFIDENCE, Event, Item
+from ..types import START_CONFIDENCE, Item, Scope
 from .common import percentiles, progress
 
 __all__ = ["MAIN_USER", "Corpus", "run_scale"]
@@ -139,8 +140,8 @@ def _bulk_load(store: Store, plan: Plan, corpus: Corpus, embedder: Embedder,
             item = Item(id=new_id(), user_id=user, category=str(category), content=text,
                         source="user", confidence=START_CONFIDENCE["user"], created_at=at,
                         updated_at=at, valid_from=at)
-            events.append(Event(id=new_id(), ts=at, user_id=user, kind="memory.added",
-                                payload={"item": asdict(item)}, subject_id=item.id))
+            events.append(new_event(Scope(user), at, Kind.MEMORY_ADDED, ItemAdded(item),
+                                    subject_id=item.id))
         vectors = _unit_vectors(rng, len(events), embedder.dimensions)
         with store.transaction():
             store.append(events)

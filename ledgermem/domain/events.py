@@ -25,6 +25,7 @@ __all__ = [
     "ItemsScaled",
     "ItemsTouched",
     "Kind",
+    "Payload",
     "Pruned",
     "new_event",
 ]
@@ -80,8 +81,8 @@ _ITEM_FIELDS = frozenset(f.name for f in fields(Item))
 
 
 @dataclass(frozen=True)
-class _Payload:
-    """Provenance every memory payload may carry: why, who or what, from which turns."""
+class Payload:
+    """A typed event payload; ``to_payload`` gives the JSON object the ledger stores."""
 
     def to_payload(self) -> dict[str, Any]:
         """The JSON object stored in the ledger (empty optional fields left out)."""
@@ -89,7 +90,7 @@ class _Payload:
 
 
 @dataclass(frozen=True)
-class ItemAdded(_Payload):
+class ItemAdded(Payload):
     """``memory.added``: a new item (a new version when ``supersedes`` is set)."""
 
     item: Item
@@ -113,7 +114,7 @@ class ItemAdded(_Payload):
 
 
 @dataclass(frozen=True)
-class ItemChanged(_Payload):
+class ItemChanged(Payload):
     """``memory.updated`` / ``superseded`` / ``invalidated`` / ``restored``: fields of
     one item (the event's subject) take new values."""
 
@@ -147,7 +148,7 @@ class ItemChanged(_Payload):
 
 
 @dataclass(frozen=True)
-class ItemsTouched(_Payload):
+class ItemsTouched(Payload):
     """``memory.recalled``: items were returned by searches; each gains ``boost``
     confidence (capped at 1), a use, and ``last_used_at`` = the event's time."""
 
@@ -159,7 +160,7 @@ class ItemsTouched(_Payload):
 
 
 @dataclass(frozen=True)
-class ItemsScaled(_Payload):
+class ItemsScaled(Payload):
     """``memory.decayed``: the confidence of unused items is multiplied by ``factor``."""
 
     ids: tuple[str, ...]
@@ -170,7 +171,7 @@ class ItemsScaled(_Payload):
 
 
 @dataclass(frozen=True)
-class Pruned(_Payload):
+class Pruned(Payload):
     """``memory.pruned``: items, turns and tool calls removed by ``prune``."""
 
     items: Sequence[str] = ()
@@ -182,10 +183,10 @@ class Pruned(_Payload):
                 "tools": list(self.tools)}
 
 
-def new_event(scope: Scope, ts: str, kind: Kind, payload: _Payload | dict[str, Any], *,
+def new_event(scope: Scope, ts: str, kind: Kind, payload: Payload | dict[str, Any], *,
               subject_id: str | None = None, session_id: str | None = None) -> Event:
     """A ledger event of ``scope``'s user (its agent and session) at ``ts``."""
-    data = payload.to_payload() if isinstance(payload, _Payload) else payload
+    data = payload.to_payload() if isinstance(payload, Payload) else payload
     return Event(id=new_id(), ts=ts, user_id=scope.user_id, kind=str(kind), payload=data,
                  agent_id=scope.agent_id, session_id=session_id or scope.session_id,
                  subject_id=subject_id)
