@@ -93,3 +93,24 @@ def test_processes_write_the_same_file_concurrently(tmp_path: Path) -> None:
             PROCESSES * PER_PROCESS, PROCESSES * PER_PROCESS, 2 * PROCESSES * PER_PROCESS)
         assert memory.store.schema_version() == LATEST  # type: ignore[attr-defined]
         assert len(user.search("worker3 item42", touch=False, top_k=1)) == 1
+
+
+def test_a_thread_that_ends_releases_its_connection(tmp_path: Path) -> None:
+    import gc
+
+    from ledgermem.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "threads.db")
+    try:
+        baseline = store.connections()
+        for _ in range(3):  # as a worker pool retiring idle threads and starting new ones
+            workers = [threading.Thread(target=store.user_ids) for _ in range(4)]
+            for worker in workers:
+                worker.start()
+            for worker in workers:
+                worker.join()
+            del workers, worker
+            gc.collect()
+        assert store.connections() == baseline
+    finally:
+        store.close()

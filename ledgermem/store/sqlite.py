@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import groupby
@@ -133,7 +134,22 @@ class SQLiteStore(SQLStore):
             with self._connections_lock:
                 self._connections.append(conn)
                 conn.set_trace_callback(self._tracer)
+            # A thread that ends takes its connection with it (worker pools such as
+            # anyio's retire idle threads and start new ones).
+            weakref.finalize(threading.current_thread(), self._release, conn)
         return conn
+
+    def _release(self, conn: sqlite3.Connection) -> None:
+        with self._connections_lock:
+            if conn not in self._connections:
+                return
+            self._connections.remove(conn)
+        conn.close()
+
+    def connections(self) -> int:
+        """Open connections (one per thread that used the store and is still alive)."""
+        with self._connections_lock:
+            return len(self._connections)
 
     def trace(self, callback: Callable[[str], object] | None) -> None:
         """Call ``callback(sql)`` with every statement any connection of this store
