@@ -4,9 +4,9 @@
     python -m bench --quick              # LoCoMo keyword only and scale at 10k
     python -m bench --locomo FILE        # another LoCoMo-format file
     python -m bench --postgres URL       # also LoCoMo and scale on PostgreSQL
-    python -m bench --no-touch           # scale searches with touch=False, to compare
 
-Searches use the options a user gets by default (recall bookkeeping on).
+Searches use the options a user gets by default (recall bookkeeping on); scale also
+times each query with touch=False, interleaved, to show what the bookkeeping costs.
 
 Record what it prints, with the machine and date, in docs/benchmarks.md.
 """
@@ -49,9 +49,10 @@ def show(results: dict[str, Any]) -> None:
                             f"{result['latency_ms']['p50']:.1f}",
                             f"{result['latency_ms']['p95']:.1f}", f"{result['ingest_s']:.1f}")
     console.print(quality)
-    scale = Table(title="scale (latency p50 / p95 ms)")
+    scale = Table(title="scale (latency p50 / p95 ms; default search, then touch=False)")
     for column in ("store", "items", "add/s", "add/s full", "hybrid", "keyword", "vector",
-                   "query embed", "RSS MiB", "file MiB"):
+                   "query embed", "hybrid no-touch", "keyword no-touch", "RSS MiB",
+                   "file MiB"):
         scale.add_column(column, justify="right")
     runs = [(name.removeprefix("scale_") if name != "scale" else "sqlite", run)
             for name in ("scale", "scale_postgres")
@@ -62,6 +63,9 @@ def show(results: dict[str, Any]) -> None:
                       f"{run.get('add_per_s_full', 0):.0f}",
                       *[f"{lat[m]['p50']:.1f} / {lat[m]['p95']:.1f}"
                         for m in ("hybrid", "keyword", "vector", "query_embedding")],
+                      *[f"{run['latency_ms_no_touch'][m]['p50']:.1f} / "
+                        f"{run['latency_ms_no_touch'][m]['p95']:.1f}"
+                        for m in ("hybrid", "keyword")],
                       f"{run['peak_rss_mib']:.0f}", f"{run['file_mib']:.0f}")
     console.print(scale)
 
@@ -74,8 +78,6 @@ def main() -> int:
     parser.add_argument("--postgres", default=None, help="a PostgreSQL URL to measure too")
     parser.add_argument("--sizes", default=None,
                         help="scale sizes, comma-separated (default 10000,100000)")
-    parser.add_argument("--no-touch", action="store_true",
-                        help="scale searches with touch=False instead of the default")
     args = parser.parse_args()
     results: dict[str, Any] = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -90,15 +92,14 @@ def main() -> int:
     else:
         print(f"skipping LoCoMo: {args.locomo} not found", file=sys.stderr)
     sizes = args.sizes or ("10000" if args.quick else "10000,100000")
-    touch = ["--no-touch"] if args.no_touch else []
-    results["scale"] = ledgermem("bench", "scale", "--items", sizes, *touch)
+    results["scale"] = ledgermem("bench", "scale", "--items", sizes)
     if args.postgres:
         for mode in modes if args.locomo.exists() else []:
             results[f"locomo_{mode}_postgres"] = ledgermem(
                 "--db", args.postgres, "bench", "locomo", "--data", str(args.locomo),
                 "--mode", mode)
         results["scale_postgres"] = ledgermem("bench", "scale", "--items", sizes,
-                                              "--db", args.postgres, *touch)
+                                              "--db", args.postgres)
     out = ROOT / "bench" / "results"
     out.mkdir(exist_ok=True)
     target = out / f"bench-{datetime.now(UTC):%Y%m%d-%H%M%S}.json"

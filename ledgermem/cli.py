@@ -880,20 +880,16 @@ def bench_longmemeval(obj: Context, data: str, granularity: str, mode: str,
               help="A postgresql://… URL to measure instead of SQLite: each size runs in a "
                    "new schema there, dropped at the end. Default: the global --db when "
                    "it is such a URL given on the command line.")
-@click.option("--no-touch", "no_touch", is_flag=True,
-              help="Search with touch=False (no recall bookkeeping), to compare with the "
-                   "default.")
-def bench_scale(obj: Context, items: str, queries: int, db: str | None,
-                no_touch: bool) -> None:
-    """Add throughput, recall latency, peak RSS and file size at several sizes (searches
-    use the defaults a user gets, recall bookkeeping on, unless --no-touch)."""
+def bench_scale(obj: Context, items: str, queries: int, db: str | None) -> None:
+    """Add throughput, recall latency, peak RSS and file size at several sizes. Searches
+    use the defaults a user gets (recall bookkeeping on); each also runs with
+    touch=False, interleaved, to show what the bookkeeping costs."""
     from .benchmarks.scale import run_scale
 
     url = _bench_db(obj, db)
     if db is None and url is not None and not url.startswith(("postgresql:", "postgres:")):
         url = None  # a global SQLite --db: scale measures new files, as it always did
-    result = run_scale(_ks(items), queries=queries, db=url, quiet=obj.as_json,
-                       touch=not no_touch)
+    result = run_scale(_ks(items), queries=queries, db=url, quiet=obj.as_json)
 
     def render() -> None:
         table = Table(title="scale")

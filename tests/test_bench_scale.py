@@ -35,7 +35,8 @@ def test_result_shape(scaled: tuple[dict[str, Any], Path]) -> None:
                 "peak_rss_mib", "file_mib", "open_ms"):
         assert run[key] > 0, key
     assert set(run["latency_ms"]) == {"hybrid", "keyword", "vector", "query_embedding"}
-    for latency in run["latency_ms"].values():
+    assert set(run["latency_ms_no_touch"]) == {"hybrid", "keyword", "vector"}
+    for latency in [*run["latency_ms"].values(), *run["latency_ms_no_touch"].values()]:
         assert 0 < latency["p50"] <= latency["p95"]
 
 
