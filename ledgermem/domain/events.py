@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 from ..clock import new_id
-from ..types import Event, Item, Scope
+from ..types import Event, Item, Scope, Visibility
 
 __all__ = [
     "CONTENT_KINDS",
@@ -183,10 +183,17 @@ class Pruned(Payload):
                 "tools": list(self.tools)}
 
 
-def new_event(scope: Scope, ts: str, kind: Kind, payload: Payload | dict[str, Any], *,
-              subject_id: str | None = None, session_id: str | None = None) -> Event:
-    """A ledger event of ``scope``'s user (its agent and session) at ``ts``."""
+def new_event(scope: Scope, ts: str, kind: Kind | str, payload: Payload | dict[str, Any], *,
+              subject_id: str | None = None, session_id: str | None = None,
+              visibility: Visibility = "private") -> Event:
+    """A ledger event of ``scope``'s user (its agent and session) at ``ts``.
+
+    ``kind`` is one of ``Kind`` or, for events ledgermem only stores (an application's
+    own kinds, such as the multi-agent views' ``agent.reflected``), any kind string.
+    ``visibility`` is ``private`` (to the agent) or ``global`` (to every agent of the
+    user).
+    """
     data = payload.to_payload() if isinstance(payload, Payload) else payload
     return Event(id=new_id(), ts=ts, user_id=scope.user_id, kind=str(kind), payload=data,
                  agent_id=scope.agent_id, session_id=session_id or scope.session_id,
-                 subject_id=subject_id)
+                 subject_id=subject_id, visibility=visibility)
