@@ -16,6 +16,7 @@ from .errors import (
     SchemaMismatch,
     StorageError,
 )
+from .ledger_index import HybridEventIndex
 from .memory import Memory, UserMemory, default_path
 from .pipeline import ExtractionOptions, MaintenanceOptions
 from .providers.llm import LLM, LLMCall, OpenAICompatibleLLM
@@ -27,6 +28,7 @@ from .store.base import Store
 from .store.sqlite import SQLiteStore
 from .types import CATEGORIES, SOURCES, Event, Hit, Item, ItemQuery, Scope, ToolCall, Turn
 from .validation import Limits
+from .views import MemoryIndex, ViewConfig
 
 __version__ = "0.1.0"
 
@@ -43,6 +45,7 @@ __all__ = [
     "Event",
     "ExtractionOptions",
     "Hit",
+    "HybridEventIndex",
     "InvalidInput",
     "Item",
     "ItemQuery",
@@ -51,6 +54,7 @@ __all__ = [
     "Limits",
     "MaintenanceOptions",
     "Memory",
+    "MemoryIndex",
     "NotFound",
     "OpenAICompatibleLLM",
     "ProviderError",
@@ -66,6 +70,7 @@ __all__ = [
     "ToolCall",
     "Turn",
     "UserMemory",
+    "ViewConfig",
     "__version__",
     "default_path",
     "find_time_window",

@@ -304,6 +304,14 @@ class AsyncUserMemory(_Offloading[UserMemory]):
     apply_confidence_decay = _InThread(UserMemory.apply_confidence_decay)
     prune = _InThread(UserMemory.prune)
     flush = _InThread(UserMemory.flush)
+    # ledger and views
+    record = _InThread(UserMemory.record)
+    ledger_events = _InThread(UserMemory.ledger_events)
+    episodic = _InThread(UserMemory.episodic)
+    salient = _InThread(UserMemory.salient)
+    reflection_due = _InThread(UserMemory.reflection_due)
+    reflect = _InThread(UserMemory.reflect)
+    beliefs = _InThread(UserMemory.beliefs)
 
 
 def _check_threads(threads: int) -> int:

@@ -172,8 +172,16 @@ class UserKnowledge(UserHandle):
         return len(items)
 
     def forget_user(self) -> int:
-        """Erase every trace of this user, the ledger included. Returns events removed."""
-        return self._store.delete_user(self.user_id)
+        """Erase every trace of this user, the ledger included. Returns events removed.
+
+        An attached ``memory_index`` that can ``clear()`` is cleared too, so none of
+        this user's text stays in it; views index again what they read from the ledger.
+        """
+        removed = self._store.delete_user(self.user_id)
+        clear = getattr(self._memory.memory_index, "clear", None)
+        if callable(clear):
+            clear()
+        return removed
 
     # knowledge: versions ----------------------------------------------------------
     def revise(

@@ -19,6 +19,7 @@ from .domain.verify import verify
 from .domain.writer import ItemWriter
 from .errors import ConfigError, InvalidInput
 from .handle import TIME_MODES, TimeMode
+from .ledger_views import check_memory_index, check_view_config
 from .pipeline.extraction import ExtractionOptions, ExtractionWorker
 from .pipeline.maintenance import MaintenanceOptions, sum_results
 from .pipeline.parts import PipelineParts
@@ -30,6 +31,7 @@ from .store.base import Store
 from .types import Scope
 from .user_memory import UserMemory
 from .validation import Limits, check_limits, check_scope
+from .views import MemoryIndex, ViewConfig
 
 __all__ = ["TIME_MODES", "Memory", "TimeMode", "UserMemory", "default_path"]
 
@@ -96,6 +98,10 @@ class Memory:
             bookkeeping (+0.02 confidence, a use), batched per user and item.
         limits: the longest query and turn accepted (``Limits``; default 10,000 and
             100,000 characters); longer ones are ``InvalidInput``.
+        views: what the ledger views (``UserMemory.episodic``, ``salient``,
+            ``reflect``…) show and how they rank (``ViewConfig``; defaults when None).
+        memory_index: a ``MemoryIndex`` that scores relevance in ``salient`` instead
+            of keyword overlap (such as ``HybridEventIndex``); None keeps keywords.
 
     Example:
         >>> mem = Memory.open("memory.db")            # doctest: +SKIP
@@ -119,6 +125,8 @@ class Memory:
         dedup: bool = True,
         recall_interval_s: float = 2.0,
         limits: Limits | None = None,
+        views: ViewConfig | None = None,
+        memory_index: MemoryIndex | None = None,
     ) -> None:
         self.store = store
         self.limits = check_limits(limits)
@@ -127,6 +135,10 @@ class Memory:
         self.llm = llm
         self.clock = clock
         self.date_order = check_date_order(date_order)
+        self.views = check_view_config(views)
+        """Settings of the ledger views (``ledger_views``)."""
+        self.memory_index = check_memory_index(memory_index)
+        """The index ``salient`` scores relevance with, or None (keyword overlap)."""
         self.writer = ItemWriter(store, clock, self._when, self._written, dedup=dedup)
         """The one write path for knowledge items (``domain.writer``)."""
         self.recalls = RecallWorker(store, clock, interval_s=recall_interval_s)

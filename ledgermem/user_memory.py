@@ -17,6 +17,7 @@ from .domain.events import ItemsScaled, Kind, Pruned
 from .errors import InvalidInput
 from .handle import TimeMode
 from .knowledge import UserKnowledge
+from .ledger_views import UserLedger
 from .pipeline.maintenance import maintain_user
 from .store.base import TurnQuery
 from .types import Hit, ToolCall, Turn
@@ -41,7 +42,7 @@ from .validation import (
 __all__ = ["UserMemory"]
 
 
-class UserMemory(UserKnowledge):
+class UserMemory(UserKnowledge, UserLedger):
     """Everything one user's memory can do. Every call is confined to ``scope.user_id``.
 
     Knowledge (``remember``, ``search``, ``revise``, ``forget``…) is inherited from
