@@ -16,7 +16,7 @@ run: $(STAMP)
 	$(PY) -m ledgermem.demo
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check ledgermem tests bench
+	$(VENV)/bin/ruff check ledgermem tests bench examples
 	$(VENV)/bin/mypy
 
 test: lint

@@ -642,16 +642,24 @@ def rebuild(obj: Context) -> None:
 
 @command(main)
 def verify(obj: Context) -> None:
-    """Check every knowledge item against the ledger's replay; exit 1 if any differs
-    (rebuild mends it)."""
+    """Re-derive every view from the ledger into a scratch store and compare it with
+    the stored views; check the ledger's ids, sequence and times. Exit 1 on any
+    problem (rebuild mends views); warnings (events out of time order) do not fail."""
     report = obj.open(embed=False).verify()
 
     def render() -> None:
         for problem in report["problems"]:
             obj.console.print(problem, markup=False)
-        obj.console.print(f"checked {report['items']} items of {report['users']} users: "
-                          + (f"{len(report['problems'])} problems" if report["problems"]
-                             else "the views match the ledger"))
+        for warning in report["warnings"]:
+            obj.console.print(f"warning: {warning}", markup=False)
+        found = [f"{len(lines)} {kind}{'s' if len(lines) > 1 else ''}" for kind, lines in
+                 (("problem", report["problems"]), ("warning", report["warnings"])) if lines]
+        if not report["problems"]:
+            found.insert(0, "the views match the ledger")
+        summary = ", ".join(found)
+        obj.console.print(f"checked {report['events']} events and "
+                          f"{sum(report['rows'].values())} rows of {report['users']} "
+                          f"users: {summary}", markup=False)
 
     obj.emit(report, render)
     if report["problems"]:

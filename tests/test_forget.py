@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ledgermem import InvalidInput, Memory, NotFound, UserMemory
@@ -190,3 +192,17 @@ def test_forgotten_user_text_does_not_survive_in_the_database_file(
     alice.add_turn("user", f"say {SECRET}")
     alice.forget_user()
     assert _occurrences_in_file(mem, SECRET) == 0
+
+
+@pytest.mark.sqlite_only  # reason: SQLite's FTS5 index maintenance is what is tested
+def test_many_forgets_among_growing_writes_keep_the_index_sound(tmp_path: Path) -> None:
+    # Regression: each forget ran FTS5 'optimize'; on SQLite 3.40 about 1,300 of them,
+    # with the index growing in between, left it "malformed" and every write failing.
+    with Memory.open(tmp_path / "forgets.db", embedder=None) as memory:
+        alice = memory.for_user("alice")
+        for n in range(1_400):
+            alice.remember(f"keep {n} kettle", dedup=False)
+            alice.forget(alice.remember(f"secret {n} zebra kettle", dedup=False).id)
+        assert len(alice.search("kettle", touch=False)) == 5
+        assert alice.search("zebra", touch=False) == []
+        assert memory.verify()["problems"] == []

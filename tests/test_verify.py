@@ -1,7 +1,13 @@
-"""``verify``: the knowledge view checked against the ledger's replay (the projection)."""
+"""``verify``: the views re-derived from the ledger and compared with the stored ones.
+
+The knowledge view through its whole life here, and the CLI; every other view, a
+damaged ledger, ``rebuild`` from nothing and a killed writer are in
+``test_verify_views.py``.
+"""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -35,8 +41,9 @@ def test_a_store_written_through_the_api_verifies_clean(
     _busy_history(alice, clock)
     bob.remember("Bob drinks coffee")
     report = mem.verify()
-    assert report["problems"] == []
+    assert report["problems"] == [] and report["warnings"] == []
     assert report["users"] == 2 and report["items"] >= 4
+    assert report["events"] == len(mem.store.events("alice")) + len(mem.store.events("bob"))
 
 
 @pytest.mark.sqlite_only  # reason: edits the SQLite file behind the store's back
@@ -68,3 +75,24 @@ def test_the_cli_exits_0_when_clean_and_1_when_not(mem: Memory, alice: UserMemor
     drifted = subprocess.run(command, capture_output=True, text=True, check=False)
     assert drifted.returncode == 1 and "use_count" in drifted.stdout
     assert "Traceback" not in drifted.stderr
+    as_json = subprocess.run([*command[:-1], "--json", "verify"], capture_output=True,
+                             text=True, check=False)
+    report = json.loads(as_json.stdout)
+    assert as_json.returncode == 1 and report["warnings"] == []
+    assert report["problems"] == [f"alice: knowledge {item.id}: use_count is 7 in the view, "
+                                  "0 in the ledger"]
+
+
+@pytest.mark.sqlite_only  # reason: damages SQLite's FTS5 index; PostgreSQL's is a column
+def test_a_search_index_that_fails_is_a_problem(mem: Memory, alice: UserMemory,
+                                                db_url: str) -> None:
+    import sqlite3
+
+    alice.remember("Prefers green tea")
+    with sqlite3.connect(db_url) as raw:
+        raw.execute("UPDATE knowledge_fts_data SET block = x'00' WHERE id = 1")
+    assert mem.verify()["problems"] == [
+        "alice: the keyword index of knowledge fails: StorageError: SQLite: database disk "
+        "image is malformed"]
+    mem.rebuild()
+    assert mem.verify()["problems"] == []

@@ -1,0 +1,1 @@
+"""Runnable examples of ledgermem (``python -m examples.<name>`` from the repository root)."""
