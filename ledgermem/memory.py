@@ -259,9 +259,11 @@ class Memory:
         self.store.rebuild()
 
     def verify(self) -> dict[str, Any]:
-        """Check that every knowledge item is what the ledger, replayed through the one
-        projection, says it is (pending recall bookkeeping applied first). Returns
-        ``{"users", "items", "problems"}``; ``rebuild`` mends what it finds."""
+        """Re-derive every view from the ledger through the one projection, in a scratch
+        store, and compare it with the stored views; check the ledger itself (pending
+        recall bookkeeping applied first). Returns ``{"users", "events", "items",
+        "rows", "problems", "warnings"}`` (``domain.verify``); ``rebuild`` mends views
+        that differ."""
         self.recalls.flush()
         return verify(self.store)
 

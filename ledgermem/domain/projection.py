@@ -4,8 +4,8 @@ The projection is pure: it reads the event and returns ``Insert`` / ``Update`` /
 ``Delete`` values naming a view table, the rows (by id, always within the event's
 user) and the new values. The SQL stores render these as statements inside the
 transaction that appends the event (``store/sql.py``); ``replay`` applies the
-knowledge changes to items in memory for ``as_of`` and ``verify``. ``rebuild`` is
-the stores' projection of the whole ledger again. Kinds the projection does not
+knowledge changes to items in memory for ``as_of``. ``rebuild`` is the stores'
+projection of the whole ledger again, and ``verify`` the same into a scratch store. Kinds the projection does not
 know only live in the ledger.
 """
 
