@@ -5,8 +5,8 @@ The projection is pure: it reads the event and returns ``Insert`` / ``Update`` /
 user) and the new values. The SQL stores render these as statements inside the
 transaction that appends the event (``store/sql.py``); ``replay`` applies the
 knowledge changes to items in memory for ``as_of``. ``rebuild`` is the stores'
-projection of the whole ledger again, and ``verify`` the same into a scratch store. Kinds the projection does not
-know only live in the ledger.
+projection of the whole ledger again, and ``verify`` the same into a scratch store.
+Kinds the projection does not know only live in the ledger.
 """
 
 from __future__ import annotations
