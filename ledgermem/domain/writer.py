@@ -83,10 +83,10 @@ class ItemWriter:
         found = self.store.keyword_search_items(
             user_id, list(dedup_terms(text)), "or",
             ItemQuery(category=category, context=context, entity=entity), DEDUP_CANDIDATES)
-        exact = ItemQuery(content=text, category=category, context=context, entity=entity)
-        ids = tuple(dict.fromkeys(
-            [i.id for i in self.store.query_items(user_id, exact, limit=5)[0]]
-            + [item_id for item_id, _ in found]))
+        # The same text, by the content index (no LIMIT or ORDER BY the planner could
+        # prefer to walk instead); twin_of checks category, context and entity.
+        same = self.store.query_items(user_id, ItemQuery(content=text))[0]
+        ids = tuple(dict.fromkeys([i.id for i in same] + [item_id for item_id, _ in found]))
         if not ids:
             return None
         rows = {i.id: i for i in self.store.query_items(user_id, ItemQuery(ids=ids))[0]}
