@@ -40,6 +40,7 @@ import pytest
 
 from ledgermem import Memory, UserMemory
 from ledgermem.store.postgres import PostgresStore
+from ledgermem.testing import ScriptedLLMServer
 from tests.support import FakeClock, with_login
 
 BACKENDS = ("sqlite", "postgres")
@@ -60,6 +61,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
+
+
+@pytest.fixture
+def server() -> Iterator[ScriptedLLMServer]:
+    """A real HTTP server on loopback playing scripted LLM answers."""
+    with ScriptedLLMServer() as scripted:
+        yield scripted
+    assert scripted.errors == [], "a scripted reply raised (the server answered 500)"
 
 
 @pytest.fixture

@@ -265,13 +265,6 @@ def test_users_never_see_each_others_events_or_views(
 
 # reflection ------------------------------------------------------------------------------
 @pytest.fixture
-def server() -> Iterator[ScriptedLLMServer]:
-    with ScriptedLLMServer() as scripted:
-        yield scripted
-    assert scripted.errors == []
-
-
-@pytest.fixture
 def llm_mem(db_url: str, clock: FakeClock, server: ScriptedLLMServer) -> Iterator[Memory]:
     llm = OpenAICompatibleLLM("scripted-model", server.url, timeout=2, retries=0,
                               validation_retries=0)

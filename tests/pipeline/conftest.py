@@ -29,13 +29,6 @@ def open_memory(path: Path, clock: FakeClock, llm: OpenAICompatibleLLM | None,
 
 
 @pytest.fixture
-def server() -> Iterator[ScriptedLLMServer]:
-    with ScriptedLLMServer() as scripted:
-        yield scripted
-    assert scripted.errors == [], "a scripted reply raised (the server answered 500)"
-
-
-@pytest.fixture
 def llm(server: ScriptedLLMServer) -> Iterator[OpenAICompatibleLLM]:
     client = make_llm(server)
     yield client

@@ -40,13 +40,6 @@ def seen_by_miller() -> list[Event]:
 
 
 @pytest.fixture
-def server() -> Iterator[ScriptedLLMServer]:
-    with ScriptedLLMServer() as scripted:
-        yield scripted
-    assert scripted.errors == []
-
-
-@pytest.fixture
 def llm(server: ScriptedLLMServer) -> Iterator[OpenAICompatibleLLM]:
     client = OpenAICompatibleLLM("scripted-model", server.url, timeout=0.5, retries=0,
                                  validation_retries=0)
