@@ -60,6 +60,9 @@ class BackgroundWorker:
                         pass
                 delay = 0.5
             except Exception:  # the worker must outlive a failing model, store or batch
+                if self._stop.is_set():  # closing: the store may be gone; work stays queued
+                    self._log.debug("%s stopped mid-batch", self.thread_name, exc_info=True)
+                    return
                 self.failures += 1
                 self._log.exception("%s failed; retrying in %.1fs", self.thread_name, delay)
                 if self._stop.wait(delay):
