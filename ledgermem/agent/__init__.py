@@ -2,6 +2,9 @@
 
 - ``prompt``: the session-start profile, the frozen system-prompt prefix, the per-turn
   dynamic block, and ``as_data``, the one escaping of stored text placed in a prompt.
+- ``sessions``: durable sessions keyed ``{user}:{channel}``, the window of recent turns
+  replayed to the model, idle consolidation and its start-up sweep, ``/reset``, and the
+  users file mapping a person's channels to one user id.
 - ``tools``: the five memory tools (JSON schemas in the OpenAI and Anthropic formats,
   one dispatcher whose failures are results the model can read) and the slash commands
   handled before the model.
@@ -15,6 +18,13 @@ from .prompt import (
     system_prefix,
     turn_block,
     with_turn_block,
+)
+from .sessions import (
+    SessionOptions,
+    SessionResult,
+    Sessions,
+    UserDirectory,
+    session_key,
 )
 from .tools import (
     TOOL_NAMES,
@@ -34,14 +44,19 @@ __all__ = [
     "MemoryTools",
     "Profile",
     "PromptOptions",
+    "SessionOptions",
+    "SessionResult",
+    "Sessions",
     "SlashCommands",
     "SlashResult",
     "ToolSpec",
+    "UserDirectory",
     "anthropic_tools",
     "as_data",
     "is_memory_tool",
     "openai_tools",
     "profile",
+    "session_key",
     "system_prefix",
     "turn_block",
     "with_turn_block",

@@ -6,6 +6,10 @@ its unconsolidated turns (the first ``max_turns`` of them) into items of source
 ``consolidation``, linked to those turns; the items and the ``turn.consolidated`` mark
 are written in one transaction. Turns stay until ``prune``. A session whose call fails
 is left as it was and tried again on the next run.
+
+``consolidate_session`` does the same for one given session now, whatever its age or
+length (the agent's sessions layer calls it when a conversation goes idle or on
+``/reset``).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from ..clock import iso
 from ..domain.events import Kind, new_event
 from ..errors import InvalidInput
 from ..store.base import TurnQuery
-from ..types import CATEGORIES, ItemQuery, Scope
+from ..types import CATEGORIES, ItemQuery, Scope, Turn
 from ..validation import check_scope
 from .calls import ask, llm_events
 from .prompts import Consolidation, consolidation_messages, entity_or_none, time_or_none
@@ -27,7 +31,7 @@ if TYPE_CHECKING:
     from ..providers.llm import LLM
     from .parts import PipelineParts
 
-__all__ = ["consolidate"]
+__all__ = ["consolidate", "consolidate_session"]
 
 log = logging.getLogger("ledgermem.consolidation")
 
@@ -52,38 +56,67 @@ def consolidate(parts: PipelineParts, scope: Scope, llm: LLM, *, max_sessions: i
                  if t.consolidated_at is None][:max_turns]
         if not turns:
             continue
-        known = store.query_items(user_id, ItemQuery(), limit=30)[0]
-        answer = ask(llm, consolidation_messages(turns, known, instructions=instructions),
-                     Consolidation, purpose="consolidation")
-        scoped = check_scope(Scope(user_id, scope.agent_id, session["session_id"]))
-        ids = [t.id for t in turns]
-        with store.transaction():
-            store.append(llm_events(scoped, iso(parts.clock()), answer.calls))
-            if answer.value is None:
-                log.warning("consolidating session %s failed: %s", session["session_id"],
-                            answer.error)
-                counts["failed"] += 1
-                continue
-            added = 0
-            for fact in answer.value.items:
-                try:
-                    with store.transaction():
-                        parts.writer.remember(
-                            scoped, fact.content,
-                            fact.category if fact.category in CATEGORIES else "fact",
-                            source="consolidation", context=fact.context or None,
-                            entity=entity_or_none(fact.entity), sensitive=fact.sensitive,
-                            due_at=time_or_none(fact.due_at, turns[-1].ts), valid_from=turns[-1].ts,
-                            metadata={"turn_ids": ids},
-                            reason=f"consolidated from session {session['session_id']}")
-                    added += 1
-                except InvalidInput as exc:
-                    log.warning("consolidation item skipped: %s", exc)
-            store.append([new_event(scoped, iso(parts.clock()), Kind.TURN_CONSOLIDATED,
-                                    {"ids": ids, "items": added,
-                                     "skipped": len(answer.value.rejected)})])
+        added = _distil(parts, scope, session["session_id"], turns, llm, instructions)
+        if added is None:
+            counts["failed"] += 1
+            continue
         counts["consolidated"] += 1
         counts["extracted_items"] += added
-        log.info("consolidated session %s: %d turns, %d items", session["session_id"],
-                 len(turns), added)
     return counts
+
+
+def consolidate_session(parts: PipelineParts, scope: Scope, session_id: str, llm: LLM, *,
+                        instructions: str | None = None) -> dict[str, int]:
+    """Consolidate one session of ``scope``'s user now, however recent: every turn not
+    consolidated yet, in one LLM call with the whole conversation as context.
+
+    The items and the ``turn.consolidated`` mark are written in one transaction, for the
+    user, ``scope``'s agent and that session; a failed call leaves the session as it was.
+    Returns ``consolidated`` (0 or 1), ``extracted_items``, ``failed`` (0 or 1) and
+    ``turns`` (how many turns were distilled).
+    """
+    turns = [t for t in parts.store.query_turns(scope.user_id, TurnQuery(session_id=session_id))
+             if t.consolidated_at is None]
+    if not turns:
+        return {"consolidated": 0, "extracted_items": 0, "failed": 0, "turns": 0}
+    added = _distil(parts, scope, session_id, turns, llm, instructions)
+    if added is None:
+        return {"consolidated": 0, "extracted_items": 0, "failed": 1, "turns": 0}
+    return {"consolidated": 1, "extracted_items": added, "failed": 0, "turns": len(turns)}
+
+
+def _distil(parts: PipelineParts, scope: Scope, session_id: str, turns: list[Turn], llm: LLM,
+            instructions: str | None) -> int | None:
+    """One LLM call turns ``turns`` into items, written with the ``turn.consolidated``
+    mark in one transaction. Returns the items added, or None when the call failed."""
+    store, user_id = parts.store, scope.user_id
+    known = store.query_items(user_id, ItemQuery(), limit=30)[0]
+    answer = ask(llm, consolidation_messages(turns, known, instructions=instructions),
+                 Consolidation, purpose="consolidation")
+    scoped = check_scope(Scope(user_id, scope.agent_id, session_id))
+    ids = [t.id for t in turns]
+    with store.transaction():
+        store.append(llm_events(scoped, iso(parts.clock()), answer.calls))
+        if answer.value is None:
+            log.warning("consolidating session %s failed: %s", session_id, answer.error)
+            return None
+        added = 0
+        for fact in answer.value.items:
+            try:
+                with store.transaction():
+                    parts.writer.remember(
+                        scoped, fact.content,
+                        fact.category if fact.category in CATEGORIES else "fact",
+                        source="consolidation", context=fact.context or None,
+                        entity=entity_or_none(fact.entity), sensitive=fact.sensitive,
+                        due_at=time_or_none(fact.due_at, turns[-1].ts), valid_from=turns[-1].ts,
+                        metadata={"turn_ids": ids},
+                        reason=f"consolidated from session {session_id}")
+                added += 1
+            except InvalidInput as exc:
+                log.warning("consolidation item skipped: %s", exc)
+        store.append([new_event(scoped, iso(parts.clock()), Kind.TURN_CONSOLIDATED,
+                                {"ids": ids, "items": added,
+                                 "skipped": len(answer.value.rejected)})])
+    log.info("consolidated session %s: %d turns, %d items", session_id, len(turns), added)
+    return added
