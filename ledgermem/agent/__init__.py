@@ -5,6 +5,8 @@
 - ``sessions``: durable sessions keyed ``{user}:{channel}``, the window of recent turns
   replayed to the model, idle consolidation and its start-up sweep, ``/reset``, and the
   users file mapping a person's channels to one user id.
+- ``wrapper``: the three hook points for any agent loop (``MemoryAgent``, its async
+  twin, and ``MemoryMixin`` for class-based agents).
 - ``tools``: the five memory tools (JSON schemas in the OpenAI and Anthropic formats,
   one dispatcher whose failures are results the model can read) and the slash commands
   handled before the model.
@@ -37,11 +39,16 @@ from .tools import (
     is_memory_tool,
     openai_tools,
 )
+from .wrapper import AsyncMemoryAgent, MemoryAgent, MemoryMixin, PreparedTurn
 
 __all__ = [
     "TOOLS",
     "TOOL_NAMES",
+    "AsyncMemoryAgent",
+    "MemoryAgent",
+    "MemoryMixin",
     "MemoryTools",
+    "PreparedTurn",
     "Profile",
     "PromptOptions",
     "SessionOptions",
