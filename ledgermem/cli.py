@@ -971,3 +971,54 @@ def status(obj: Context) -> None:
     memory = _memory_with_llm(obj)
     data = {"database": shown_url(memory.store.url), **memory.for_user(obj.user).status()}
     obj.emit(data, lambda: obj.console.print(_fields_table(f"status of {obj.user}", data)))
+
+
+# chat -------------------------------------------------------------------------------
+@command(main)
+@click.option("--channel", default="cli", show_default=True,
+              help="Where the conversation happens; the session is USER:CHANNEL.")
+@click.option("--context", default="global", show_default=True,
+              help="The active context (work, personal…).")
+def chat(obj: Context, channel: str, context: str) -> None:
+    """A terminal chat with memory on, against the configured OpenAI-compatible model.
+
+    The model comes from LEDGERMEM_LLM_BASE_URL and LEDGERMEM_LLM_MODEL (and
+    LEDGERMEM_LLM_API_KEY) or the config file; without one only the slash commands run
+    (/remember, /memory, /forget, /reset, /help). /exit or Ctrl-D leaves.
+    """
+    import httpx
+
+    from .agent.chat import run_chat, setup_hint
+    from .agent.prompt import PromptOptions
+    from .agent.sessions import SessionOptions, Sessions, UserDirectory
+    from .agent.wrapper import MemoryAgent
+    from .config import memory_options
+
+    _utf8(channel, "--channel")
+    _utf8(context, "--context")
+    settings = obj.settings
+    user = obj.user
+    if settings.users_file is not None:
+        user = UserDirectory.from_file(settings.users_file).resolve(channel, obj.user)
+    memory = obj.open(create=True, **memory_options(settings))
+    sessions = Sessions(memory, SessionOptions(
+        window_turns=settings.sessions.window_turns,
+        idle_consolidate_minutes=settings.sessions.idle_consolidate_minutes,
+        enabled=settings.memory.enabled, auto_ingest=settings.memory.auto_ingest))
+    options = PromptOptions(preload=settings.memory.preload,
+                            preload_limit=settings.memory.preload_limit)
+    llm = settings.llm
+    client = None
+    if llm.configured and llm.base_url is not None:
+        headers = {"Authorization": f"Bearer {llm.api_key}"} if llm.api_key else {}
+        client = httpx.Client(base_url=llm.base_url, headers=headers, timeout=120.0)
+    try:
+        sessions.start()
+        with MemoryAgent(memory, user=user, channel=channel, sessions=sessions,
+                         options=options, context=context) as agent:
+            run_chat(obj.console, agent, client, model=llm.model, hint=setup_hint())
+        obj.settle()
+    finally:
+        sessions.close()
+        if client is not None:
+            client.close()

@@ -66,12 +66,16 @@ request body and returning one of these."""
 @dataclass(frozen=True)
 class Reply:
     """A scripted answer with every knob: ``content`` (dict/list → JSON text, str → raw),
-    HTTP ``status``, ``delay`` seconds before answering, and ``usage`` token counts."""
+    HTTP ``status``, ``delay`` seconds before answering, ``usage`` token counts, and
+    ``tool_calls``: the assistant calls tools (``finish_reason`` ``tool_calls``; the
+    content is null unless given). Each call is ``{"name", "arguments"}`` (a dict or
+    JSON text; an ``id`` is made up unless given) or already in the OpenAI format."""
 
     content: Any = None
     status: int = 200
     delay: float = 0.0
     usage: dict[str, int] | None = None
+    tool_calls: Sequence[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -224,16 +228,34 @@ class ScriptedLLMServer:
             return 200, {"object": "list", "model": body.get("model"), "data": [
                 {"object": "embedding", "index": i, "embedding": v}
                 for i, v in enumerate(reply.content)]}
-        content = (reply.content if isinstance(reply.content, str)
-                   else json.dumps(reply.content))
+        content: str | None = (
+            reply.content if isinstance(reply.content, str)
+            else None if reply.content is None and reply.tool_calls
+            else json.dumps(reply.content))
         prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
         usage = reply.usage or {"prompt_tokens": len(prompt.split()),
-                                "completion_tokens": len(content.split())}
+                                "completion_tokens": len((content or "").split())}
         usage = {**usage, "total_tokens": sum(usage.values())}
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if reply.tool_calls:
+            message["tool_calls"] = [_tool_call(call, n)
+                                     for n, call in enumerate(reply.tool_calls)]
         return 200, {"id": "scripted", "object": "chat.completion", "model": body.get("model"),
-                     "choices": [{"index": 0, "finish_reason": "stop",
-                                  "message": {"role": "assistant", "content": content}}],
+                     "choices": [{"index": 0, "message": message,
+                                  "finish_reason": "tool_calls" if reply.tool_calls
+                                  else "stop"}],
                      "usage": usage}
+
+
+def _tool_call(call: dict[str, Any], number: int) -> dict[str, Any]:
+    """A scripted tool call in the OpenAI format."""
+    if "function" in call:
+        return {"id": f"call_{number}", "type": "function", **call}
+    arguments = call.get("arguments", {})
+    return {"id": call.get("id", f"call_{number}"), "type": "function",
+            "function": {"name": call["name"],
+                         "arguments": arguments if isinstance(arguments, str)
+                         else json.dumps(arguments)}}
 
 
 def _as_reply(entry: Entry) -> Reply:

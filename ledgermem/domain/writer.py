@@ -4,7 +4,8 @@
 (extraction, consolidation) write through. Each operation opens the store's write
 transaction for the user (``Store.writing_for``: SQLite's ``BEGIN IMMEDIATE``, a
 per-user advisory lock on PostgreSQL), reads the rows it depends on *inside* it,
-checks them, turns the request into ledger events and appends them — so a check can
+hands them to a pure planner (``planners.py``) that checks them and turns the request
+into ledger events, and appends those — so a check can
 never be overtaken by another writer between reading and writing (eight threads
 revising one item leave one active version). The writer needs only built parts
 (store, clock, a time parser, a hook for new text); it never sees the ``Memory``
@@ -19,9 +20,9 @@ from datetime import datetime
 from typing import Any
 
 from ..clock import Clock, iso, new_id
-from ..errors import InvalidInput, NotFound
+from ..errors import NotFound
 from ..store.base import Store
-from ..types import CATEGORIES, SOURCES, START_CONFIDENCE, Event, Item, ItemQuery, Scope
+from ..types import CATEGORIES, SOURCES, START_CONFIDENCE, Item, ItemQuery, Scope
 from ..validation import (
     check_choice,
     check_confidence,
@@ -32,11 +33,19 @@ from ..validation import (
     clean_content,
     clean_context,
     clean_entity,
-    merge_metadata,
 )
 from .dedup import dedup_terms, twin_of
-from .events import ItemAdded, ItemChanged, Kind, new_event
 from .lineage import lineage
+from .planners import (
+    Revision,
+    plan_add,
+    plan_change,
+    plan_forget,
+    plan_invalidate,
+    plan_merge,
+    plan_restore,
+    plan_revise,
+)
 
 __all__ = ["ItemWriter"]
 
@@ -117,20 +126,12 @@ class ItemWriter:
             now = self.now()
             twin = self.twin(scope.user_id, text, category, ctx, ent) if merge else None
             if twin is not None:
-                changes: dict[str, Any] = {"updated_at": now,
-                                           "confidence": max(twin.confidence, conf)}
+                self.store.append(plan_merge(
+                    scope, twin, text=text, confidence=conf, sensitive=bool(sensitive),
+                    due=due, metadata=meta, source=source, reason=reason, now=now))
                 if text != twin.content:
-                    changes["content"] = text
-                if sensitive and not twin.sensitive:
-                    changes["sensitive"] = True
-                if due is not None:
-                    changes["due_at"] = due
-                merged = merge_metadata(twin.metadata, meta)
-                if merged != twin.metadata:
-                    changes["metadata"] = merged
-                item = self._change(scope, twin, changes, reason="dedup", source=source,
-                                    extra={"why": reason} if reason else None)
-                return replace(item, written="merged")
+                    self.written()
+                return replace(self.require(scope.user_id, twin.id), written="merged")
             item = Item(
                 id=new_id(), user_id=scope.user_id, agent_id=scope.agent_id,
                 category=category, content=text, domain=domain, source=source,
@@ -138,8 +139,7 @@ class ItemWriter:
                 due_at=due, created_at=now, updated_at=now, valid_from=began or now,
                 metadata=meta,
             )
-            self.store.append([new_event(scope, now, Kind.MEMORY_ADDED,
-                                         ItemAdded(item, reason=reason), subject_id=item.id)])
+            self.store.append(plan_add(scope, item, reason=reason, now=now))
         self.written()
         return replace(item, written="added")
 
@@ -151,25 +151,17 @@ class ItemWriter:
             changes = build(item)
             if not changes:
                 return item
-            return self._change(scope, item, changes, reason=reason, source=source)
-
-    def _change(self, scope: Scope, item: Item, changes: dict[str, Any], *, reason: str,
-                source: str | None = None, kind: Kind = Kind.MEMORY_UPDATED,
-                extra: Mapping[str, Any] | None = None) -> Item:
-        payload = ItemChanged(changes, reason=reason, source=source,
-                              previous=item.content if "content" in changes else None,
-                              extra=extra or {})
-        self.store.append([new_event(scope, self.now(), kind, payload, subject_id=item.id)])
-        if "content" in changes:
-            self.written()
-        return self.require(scope.user_id, item.id)
+            self.store.append(plan_change(scope, item, changes, now=self.now(),
+                                          reason=reason, source=source))
+            if "content" in changes:
+                self.written()
+            return self.require(scope.user_id, item.id)
 
     def forget(self, scope: Scope, item_id: str) -> None:
         """Delete an item and blank its text everywhere, the ledger included."""
         with self.store.writing_for(scope.user_id):
             item = self.require(scope.user_id, item_id)
-            self.store.append([new_event(scope, self.now(), Kind.MEMORY_DELETED,
-                                         {"id": item.id}, subject_id=item.id)])
+            self.store.append(plan_forget(scope, item, now=self.now()))
             self.store.redact(scope.user_id, item.id)
 
     def revise(
@@ -183,43 +175,18 @@ class ItemWriter:
         check_choice("source", source, SOURCES)
         reason = check_optional_text(reason, "reason") or "revised"
         turn_ids = check_ids(turn_ids, "turn_ids")
-        new_category = None if category is None else check_choice("category", category,
-                                                                   CATEGORIES)
-        new_context = None if context is None else clean_context(context)
-        new_entity = None if entity is None else clean_entity(entity)
-        due, moment = self.when(due_at), self.when(at)
+        revision = Revision(
+            text=text, metadata=meta, source=source, reason=reason,
+            category=None if category is None else check_choice("category", category,
+                                                                CATEGORIES),
+            context=None if context is None else clean_context(context),
+            entity=None if entity is None else clean_entity(entity),
+            sensitive=None if sensitive is None else bool(sensitive),
+            due=self.when(due_at), at=self.when(at), turn_ids=turn_ids)
         with self.store.writing_for(scope.user_id):
             old = self.require(scope.user_id, item_id)
-            if not old.active:
-                raise InvalidInput(f"memory {item_id!r} is not active; restore it first")
-            now = self.now()
-            when = max(moment or now, old.valid_from or "")
-            metadata = {k: v for k, v in old.metadata.items()
-                        if k not in ("turn_ids", "supersedes", "truncated", "original_length")}
-            metadata.update(meta, supersedes=old.id)
-            if turn_ids:
-                metadata["turn_ids"] = list(turn_ids)
-            new = replace(
-                old, id=new_id(), content=text, source=source,
-                category=old.category if new_category is None else new_category,
-                context=old.context if new_context is None else new_context,
-                entity=old.entity if new_entity is None else new_entity,
-                sensitive=old.sensitive if sensitive is None else bool(sensitive),
-                due_at=old.due_at if due is None else due,
-                reminded_at=old.reminded_at if due is None else None,
-                confidence=max(old.confidence, START_CONFIDENCE[source]), created_at=now,
-                updated_at=now, valid_from=when, valid_to=None, superseded_by=None,
-                last_used_at=None, use_count=0, metadata=metadata,
-            )
-            why = _why(reason, source, turn_ids)
-            self.store.append([
-                new_event(scope, now, Kind.MEMORY_ADDED, ItemAdded(
-                    new, reason=reason, source=source, supersedes=old.id,
-                    turn_ids=tuple(turn_ids or ())), subject_id=new.id),
-                new_event(scope, now, Kind.MEMORY_SUPERSEDED, {
-                    "changes": {"superseded_by": new.id, "valid_to": when, "updated_at": now},
-                    "by": new.id, **why}, subject_id=old.id),
-            ])
+            events, new = plan_revise(scope, old, revision, new_id=new_id(), now=self.now())
+            self.store.append(events)
         self.written()
         return new
 
@@ -235,13 +202,8 @@ class ItemWriter:
         moment = self.when(at)
         with self.store.writing_for(scope.user_id):
             item = self.require(scope.user_id, item_id)
-            if not item.active:
-                raise InvalidInput(f"memory {item_id!r} is not active")
-            now = self.now()
-            when = max(moment or now, item.valid_from or "")
-            self.store.append([new_event(scope, now, Kind.MEMORY_INVALIDATED, {
-                "changes": {"valid_to": when, "updated_at": now},
-                **_why(reason, source, turn_ids)}, subject_id=item.id)])
+            self.store.append(plan_invalidate(scope, item, reason=reason, source=source,
+                                              turn_ids=turn_ids, at=moment, now=self.now()))
             return self.require(scope.user_id, item.id)
 
     def restore(self, scope: Scope, item_id: str, *, reason: str = "restored") -> Item:
@@ -252,17 +214,9 @@ class ItemWriter:
             item = self.require(scope.user_id, item_id)
             if item.active:
                 return item
-            now = self.now()
-            events: list[Event] = [new_event(scope, now, Kind.MEMORY_RESTORED, {
-                "changes": {"valid_to": None, "superseded_by": None, "updated_at": now},
-                "reason": reason, "source": "user"}, subject_id=item.id)]
-            for other in self._active_versions(scope.user_id, item):
-                events.append(new_event(scope, now, Kind.MEMORY_INVALIDATED, {
-                    "changes": {"valid_to": max(now, other.valid_from or ""),
-                                "updated_at": now},
-                    "reason": f"{reason}: another version is back", "source": "user",
-                    "restored": item.id}, subject_id=other.id))
-            self.store.append(events)
+            self.store.append(plan_restore(scope, item,
+                                           self._active_versions(scope.user_id, item),
+                                           reason=reason, now=self.now()))
             return self.require(scope.user_id, item.id)
 
     def _active_versions(self, user_id: str, item: Item) -> list[Item]:
@@ -272,13 +226,3 @@ class ItemWriter:
             return []
         return [v for v in self.store.query_items(user_id, ItemQuery(ids=others))[0]
                 if v.active]
-
-
-def _why(reason: str, source: str | None, turn_ids: Sequence[str] | None) -> dict[str, Any]:
-    """Provenance for a ledger entry: why, who or what, and from which turns."""
-    why: dict[str, Any] = {"reason": reason}
-    if source:
-        why["source"] = source
-    if turn_ids:
-        why["turn_ids"] = list(turn_ids)
-    return why
