@@ -18,6 +18,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import IO, Any, NoReturn, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -220,6 +221,8 @@ class Context:
         self.db, self.user, self.as_json, self.embedder = db, user, as_json, embedder
         self.settings = settings
         """The configuration file and ``LEDGERMEM_*`` environment, read once."""
+        self.config_path: Path | None = None
+        """The configuration file read, if any (a long-running command watches it)."""
         self.console = Console()
         self._memory: Memory | None = None
 
@@ -310,9 +313,11 @@ def main(ctx: click.Context, db: str | None, user: str, as_json: bool,
     for what, value in (("--db", db), ("--user", user), ("--embedder", embedder),
                         ("--config", config)):
         _utf8(value, what)
-    settings = load_settings(find_config_path(config, os.environ), os.environ)
+    config_path = find_config_path(config, os.environ)
+    settings = load_settings(config_path, os.environ)
     ctx.obj = Context(db or settings.database.url, user, as_json,
                       embedder or settings.embedder.name, settings)
+    ctx.obj.config_path = config_path
     ctx.with_resource(_logging_to_stderr())
     ctx.call_on_close(ctx.obj.close)
 
@@ -989,10 +994,9 @@ def chat(obj: Context, channel: str, context: str) -> None:
     import httpx
 
     from .agent.chat import run_chat, setup_hint
-    from .agent.prompt import PromptOptions
     from .agent.sessions import SessionOptions, Sessions, UserDirectory
     from .agent.wrapper import MemoryAgent
-    from .config import memory_options
+    from .config import SettingsWatcher, memory_options, prompt_options
 
     _utf8(channel, "--channel")
     _utf8(context, "--context")
@@ -1005,20 +1009,23 @@ def chat(obj: Context, channel: str, context: str) -> None:
         window_turns=settings.sessions.window_turns,
         idle_consolidate_minutes=settings.sessions.idle_consolidate_minutes,
         enabled=settings.memory.enabled, auto_ingest=settings.memory.auto_ingest))
-    options = PromptOptions(preload=settings.memory.preload,
-                            preload_limit=settings.memory.preload_limit)
     llm = settings.llm
-    client = None
+    client, watcher = None, None
     if llm.configured and llm.base_url is not None:
         headers = {"Authorization": f"Bearer {llm.api_key}"} if llm.api_key else {}
         client = httpx.Client(base_url=llm.base_url, headers=headers, timeout=120.0)
     try:
         sessions.start()
         with MemoryAgent(memory, user=user, channel=channel, sessions=sessions,
-                         options=options, context=context) as agent:
+                         options=prompt_options(settings), context=context) as agent:
+            if obj.config_path is not None:  # an edit rebuilds the prompt; the session stays
+                watcher = SettingsWatcher(obj.config_path, os.environ, lambda new: (
+                    agent.reconfigure(prompt_options(new))))
             run_chat(obj.console, agent, client, model=llm.model, hint=setup_hint())
         obj.settle()
     finally:
+        if watcher is not None:
+            watcher.close()
         sessions.close()
         if client is not None:
             client.close()

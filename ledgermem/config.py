@@ -46,6 +46,7 @@ from pydantic import (
 from .errors import ConfigError
 
 if TYPE_CHECKING:
+    from .agent.prompt import PromptOptions
     from .providers.llm import OpenAICompatibleLLM
 
 __all__ = [
@@ -450,3 +451,11 @@ def _describe(exc: ValidationError, origin: Mapping[tuple[str, ...], str],
         else:
             lines.append(f"{source}: {key}: {error['msg']} (got {error['input']!r})")
     return "; ".join(lines)
+
+
+def prompt_options(settings: Settings) -> PromptOptions:
+    """The ``agent.PromptOptions`` the ``memory:`` block sets (preload, preload_limit)."""
+    from .agent.prompt import PromptOptions
+
+    return PromptOptions(preload=settings.memory.preload,
+                         preload_limit=settings.memory.preload_limit)

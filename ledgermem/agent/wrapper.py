@@ -202,6 +202,16 @@ class MemoryAgent:
             self._bind(context)
             self._prefix = None
 
+    def reconfigure(self, options: PromptOptions) -> None:
+        """New prompt settings (a configuration file that changed): the next
+        ``prepare`` rebuilds the profile and the prefix with them (a new cache key);
+        the session and its window are kept."""
+        if not isinstance(options, PromptOptions):
+            raise InvalidInput("options must be PromptOptions")
+        with self._lock:
+            self.options = options
+            self._prefix = None
+
     # 1. before the model call -----------------------------------------------------
     @staticmethod
     def tools() -> list[dict[str, Any]]:

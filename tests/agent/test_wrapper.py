@@ -412,3 +412,29 @@ def test_the_mixin_in_the_wrong_order_raises_at_construction(memory: Memory) -> 
 
     with pytest.raises(TypeError, match=r"without running MemoryMixin\.__init__"):
         Skips()
+
+
+def test_a_changed_config_file_rebuilds_the_prompt_and_keeps_the_session(
+        tmp_path: Any, clock: FakeClock) -> None:
+    import os
+
+    from ledgermem.config import SettingsWatcher, prompt_options
+
+    config = tmp_path / "config.yaml"
+    config.write_text("memory:\n  preload: true\n")
+    with Memory.open(tmp_path / "cfg.db", clock=clock, embedder=None) as memory:
+        memory.for_user("alice").remember("Is vegetarian", category="preference")
+        with SettingsWatcher(config, os.environ, lambda s: None, start=False) as watcher, \
+                MemoryAgent(memory, user="alice", channel="cli",
+                            options=prompt_options(watcher.settings)) as agent:
+            watcher.on_change = lambda new: agent.reconfigure(prompt_options(new))
+            first = exchange(agent, clock, "Hello", "Hi")
+            assert first.prefix is not None and "Profile" in first.prefix
+            config.write_text("memory:\n  preload: false\n")
+            assert watcher.check()
+            after = agent.prepare("And now?")
+            assert after.new_prefix and after.prefix is not None
+            assert "Profile" not in after.prefix and "Is vegetarian" in after.prefix
+            assert [m["content"] for m in after.messages[1:3]] == ["Hello", "Hi"]
+            with pytest.raises(InvalidInput):
+                agent.reconfigure("preload: false")  # type: ignore[arg-type]
