@@ -246,14 +246,17 @@ def build_llm(llm: LLMSettings) -> OpenAICompatibleLLM | None:
 
 def memory_options(settings: Settings) -> dict[str, Any]:
     """The keyword arguments of ``Memory(store, …)`` / ``Memory.open(url, …)`` that the
-    settings decide: ``llm`` (None when none is configured) and
-    ``extraction_instructions`` (None: the default ones). The database and the
-    embedder are chosen by the entry point from ``settings.database`` and
-    ``settings.embedder``; the ``sessions`` block and the rest of ``memory`` belong to
-    the agent layer."""
+    settings decide: ``llm`` (None when none is configured),
+    ``extraction_instructions`` (None: the default ones) and ``search`` (hits a recall
+    returns: ``memory.recall_limit``). The database and the embedder are chosen by the
+    entry point from ``settings.database`` and ``settings.embedder``; the ``sessions``
+    block and the rest of ``memory`` belong to the agent layer (``prompt_options``)."""
+    from .retrieval.hybrid import SearchOptions
+
     return {
         "llm": build_llm(settings.llm),
         "extraction_instructions": settings.memory.extraction_instructions or None,
+        "search": SearchOptions(limit=settings.memory.recall_limit),
     }
 
 

@@ -28,6 +28,7 @@ from ledgermem.config import (
 )
 from ledgermem.errors import ConfigError
 from ledgermem.providers.llm import OpenAICompatibleLLM
+from ledgermem.retrieval.hybrid import SearchOptions
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "config.example.yaml"
 
@@ -259,14 +260,15 @@ def test_half_an_llm_is_an_error(env: dict[str, str]) -> None:
 
 
 def test_memory_options_build_an_llm_only_when_configured(tmp_path: Path) -> None:
-    assert memory_options(Settings()) == {"llm": None, "extraction_instructions": None}
+    assert memory_options(Settings()) == {"llm": None, "extraction_instructions": None,
+                                          "search": SearchOptions(limit=5)}
     assert build_llm(LLMSettings(api_key="sk-only")) is None
     settings = load_settings(write(tmp_path, FULL), {"LEDGERMEM_LLM_API_KEY": "sk-test"})
     options = memory_options(settings)
     llm = options["llm"]
     assert isinstance(llm, OpenAICompatibleLLM) and llm.model == "qwen2.5:7b"
     assert options["extraction_instructions"] == "Keep only pets."
-    assert set(options) == {"llm", "extraction_instructions"}
+    assert set(options) == {"llm", "extraction_instructions", "search"}
 
 
 def test_memory_options_open_a_memory(tmp_path: Path) -> None:
@@ -276,6 +278,7 @@ def test_memory_options_open_a_memory(tmp_path: Path) -> None:
     with Memory.open(tmp_path / "m.db", embedder=None, **memory_options(settings)) as mem:
         assert mem.llm is not None and mem.llm.model == "qwen2.5:7b"
         assert mem.extraction_instructions == "Keep only pets."
+        assert mem.searcher.options.limit == settings.memory.recall_limit
 
 
 def test_the_example_file_loads_and_lists_every_key() -> None:
