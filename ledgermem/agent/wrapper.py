@@ -453,6 +453,7 @@ class AsyncMemoryAgent(_Offloading[MemoryAgent]):
         return self._agent.is_memory_tool(name)
 
     set_context = _InThread(MemoryAgent.set_context)
+    reconfigure = _InThread(MemoryAgent.reconfigure)
     prepare = _InThread(MemoryAgent.prepare)
     call_tool = _InThread(MemoryAgent.call_tool)
     finish = _InThread(MemoryAgent.finish)
