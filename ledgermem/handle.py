@@ -16,10 +16,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .clock import iso
 from .domain.events import Kind, Payload, new_event
-from .errors import NotFound
 from .retrieval.hybrid import Searcher, SearchOptions
 from .types import Event, Item, Scope
-from .validation import check_choice, check_id
+from .validation import check_choice
 
 if TYPE_CHECKING:
     from .memory import Memory
@@ -69,10 +68,7 @@ class UserHandle:
                          session_id=session_id)
 
     def _require(self, item_id: str) -> Item:
-        item = self._store.get_item(self.user_id, check_id(item_id, "item id"))
-        if item is None:
-            raise NotFound(f"no memory {item_id!r}")
-        return item
+        return self._writer.require(self.user_id, item_id)
 
     def _when(self, value: str | datetime | None) -> str | None:
         return self._memory._when(value)

@@ -13,9 +13,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .clock import iso
+from .domain.events import MEMORY_KINDS
+from .domain.lineage import lineage
+from .domain.projection import replay
 from .errors import InvalidInput, NotFound
 from .handle import TimeMode, UserHandle
-from .pipeline.timeline import MEMORY_KINDS, lineage, matches, rank_as_of, replay, valid_at
+from .pipeline.timeline import matches, rank_as_of, valid_at
 from .retrieval.hybrid import Searcher, items_in, merge_hits
 from .retrieval.rerank import rerank
 from .store.base import TurnQuery

@@ -1,25 +1,22 @@
-"""Memory through time, read from the ledger: ``as_of`` views and item lineage.
+"""Searching memory as it stood at a past moment (``as_of``).
 
-``replay`` (``domain.projection``) folds a user's ``memory.*`` events up to a moment
-into the items as they stood then ("what was known"); ``valid_at`` says whether an item
-was true at that moment (``valid_from <= t < valid_to``, not superseded). Forgotten items never come
-back, whatever the moment asked about.
+``domain.projection.replay`` folds a user's ``memory.*`` events up to a moment into the
+items as they stood then ("what was known"); here ``valid_at`` says whether an item was
+true at that moment (``valid_from <= t < valid_to``, not superseded), ``matches`` applies
+search filters to replayed items, and ``rank_as_of`` ranks them for a query.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from ..domain.events import MEMORY_KINDS
-from ..domain.lineage import lineage
-from ..domain.projection import replay
 from ..retrieval.fusion import rrf
 from ..retrieval.hybrid import SearchOptions, item_time, keyword_text, window_why
 from ..retrieval.keyword import query_terms, word_set
 from ..retrieval.when import TimeWindow
 from ..types import Hit, Item, ItemQuery
 
-__all__ = ["MEMORY_KINDS", "lineage", "rank_as_of", "rank_by_overlap", "replay", "valid_at"]
+__all__ = ["matches", "rank_as_of", "rank_by_overlap", "valid_at"]
 
 def valid_at(item: Item, moment: str) -> bool:
     """Whether ``item`` was true at ``moment`` as far as its state says."""
