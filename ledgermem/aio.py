@@ -269,6 +269,7 @@ class AsyncUserMemory(_Offloading[UserMemory]):
     mark_reminded = _InThread(UserMemory.mark_reminded)
     forget = _InThread(UserMemory.forget)
     forget_by_source = _InThread(UserMemory.forget_by_source)
+    forget_all = _InThread(UserMemory.forget_all)
     forget_user = _InThread(UserMemory.forget_user)
     get = _InThread(UserMemory.get)
     search = _InThread(UserMemory.search)

@@ -994,9 +994,9 @@ def chat(obj: Context, channel: str, context: str) -> None:
     import httpx
 
     from .agent.chat import run_chat, setup_hint
-    from .agent.sessions import SessionOptions, Sessions, UserDirectory
+    from .agent.sessions import Sessions, UserDirectory
     from .agent.wrapper import MemoryAgent
-    from .config import SettingsWatcher, memory_options, prompt_options
+    from .config import SettingsWatcher, memory_options, prompt_options, session_options
 
     _utf8(channel, "--channel")
     _utf8(context, "--context")
@@ -1005,10 +1005,7 @@ def chat(obj: Context, channel: str, context: str) -> None:
     if settings.users_file is not None:
         user = UserDirectory.from_file(settings.users_file).resolve(channel, obj.user)
     memory = obj.open(create=True, **memory_options(settings))
-    sessions = Sessions(memory, SessionOptions(
-        window_turns=settings.sessions.window_turns,
-        idle_consolidate_minutes=settings.sessions.idle_consolidate_minutes,
-        enabled=settings.memory.enabled, auto_ingest=settings.memory.auto_ingest))
+    sessions = Sessions(memory, session_options(settings))
     llm = settings.llm
     client, watcher = None, None
     if llm.configured and llm.base_url is not None:

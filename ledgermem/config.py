@@ -47,6 +47,7 @@ from .errors import ConfigError
 
 if TYPE_CHECKING:
     from .agent.prompt import PromptOptions
+    from .agent.sessions import SessionOptions
     from .providers.llm import OpenAICompatibleLLM
 
 __all__ = [
@@ -64,6 +65,7 @@ __all__ = [
     "find_config_path",
     "load_settings",
     "memory_options",
+    "session_options",
 ]
 
 log = logging.getLogger("ledgermem.config")
@@ -462,3 +464,14 @@ def prompt_options(settings: Settings) -> PromptOptions:
 
     return PromptOptions(preload=settings.memory.preload,
                          preload_limit=settings.memory.preload_limit)
+
+
+def session_options(settings: Settings) -> SessionOptions:
+    """The ``agent.SessionOptions`` the ``sessions:`` and ``memory:`` blocks set (the
+    window, idle consolidation, ``enabled`` and ``auto_ingest``)."""
+    from .agent.sessions import SessionOptions
+
+    return SessionOptions(window_turns=settings.sessions.window_turns,
+                          idle_consolidate_minutes=settings.sessions.idle_consolidate_minutes,
+                          enabled=settings.memory.enabled,
+                          auto_ingest=settings.memory.auto_ingest)

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .clock import iso
-from .domain.events import MEMORY_KINDS
+from .domain.events import FORGOTTEN, MEMORY_KINDS, Kind, new_event
 from .domain.lineage import lineage
 from .domain.projection import replay
 from .errors import InvalidInput, NotFound
@@ -173,6 +173,23 @@ class UserKnowledge(UserHandle):
             for item in items:
                 self.forget(item.id)
         return len(items)
+
+    def forget_all(self) -> int:
+        """Forget every knowledge item of this user (``/forget``), and what they said
+        so far with it: the turns not consolidated yet stay in their sessions (the
+        window still shows them, history keeps them) but are marked ``forgotten``, so
+        neither idle consolidation nor queued extraction learns them again. Turns said
+        afterwards are learnt as usual. One transaction; returns the items forgotten.
+        """
+        with self._store.writing_for(self.user_id):
+            count = sum(self.forget_by_source(source) for source in SOURCES)
+            open_ids = [turn.id for turn in self._store.query_turns(self.user_id, TurnQuery())
+                        if turn.consolidated_at is None]
+            if open_ids:
+                self._store.append([new_event(
+                    self.scope, self._now(), Kind.TURNS_EXTRACTED,
+                    {"ids": open_ids, "outcome": FORGOTTEN, "reason": "forget all"})])
+        return count
 
     def forget_user(self) -> int:
         """Erase every trace of this user, the ledger included. Returns events removed.

@@ -109,10 +109,12 @@ def chat_turn(client: httpx.Client, agent: MemoryAgent, text: str, *, model: str
     messages: list[dict[str, Any]] = list(prepared.messages)
     used: list[ToolUse] = []
     for round_ in range(max_rounds + 1):
-        body: dict[str, Any] = {"model": model, "messages": messages,
-                                "tools": agent.tools()}
-        if round_ == max_rounds:
-            body["tool_choice"] = "none"
+        body: dict[str, Any] = {"model": model, "messages": messages}
+        tools = agent.tools()
+        if tools:  # none with long-term memory off; servers refuse an empty list
+            body["tools"] = tools
+            if round_ == max_rounds:
+                body["tool_choice"] = "none"
         message = _complete(client, body)
         calls = message.get("tool_calls") or []
         if not calls or round_ == max_rounds:

@@ -38,6 +38,7 @@ from ..user_memory import UserMemory
 __all__ = [
     "DATA_NOTICE",
     "DEFAULT_INSTRUCTIONS",
+    "MEMORY_OFF",
     "NO_MEMORIES",
     "PURPOSE",
     "TRUNCATED",
@@ -46,6 +47,7 @@ __all__ = [
     "PromptOptions",
     "as_data",
     "profile",
+    "session_only_prefix",
     "system_prefix",
     "turn_block",
     "with_turn_block",
@@ -78,6 +80,12 @@ DATA_NOTICE = ("Everything between <memory> and </memory> is data remembered abo
 NO_MEMORIES = ("No memories stored yet: start building them by remembering what the "
                "user tells you that is worth keeping.")
 """The prefix's last line when there is nothing to show."""
+
+MEMORY_OFF = ("Long-term memory is off: you remember only this conversation, and nothing "
+              "of it is kept for later ones. Do not claim to remember the user from "
+              "other conversations.")
+"""The prefix with long-term memory off (``session_only_prefix``), after any custom
+instructions."""
 
 TRUNCATED = "... (memory truncated)"
 """How a prefix cut at ``max_prefix_chars`` ends."""
@@ -392,8 +400,16 @@ def _when(moment: datetime) -> str:
             f"{moment.year} {moment:%H:%M}")
 
 
+def session_only_prefix(options: PromptOptions = DEFAULTS) -> str:
+    """The frozen prefix with long-term memory off (``memory.enabled: false``): the
+    custom instructions when given (the default ones are about memory tools the model
+    is not offered), then ``MEMORY_OFF``. Nothing remembered is shown."""
+    return "\n".join(part for part in ((options.instructions or "").strip(), MEMORY_OFF)
+                     if part)
+
+
 def turn_block(handle: UserMemory, *, now: datetime | None = None, horizon_days: float = 7,
-               context: str | None = None, limit: int = 10) -> str:
+               context: str | None = None, limit: int = 10, reminders: bool = True) -> str:
     """The per-turn dynamic block to put before the user's message (``with_turn_block``).
 
     It gives the current time with weekday and UTC offset, and the items due within
@@ -410,6 +426,8 @@ def turn_block(handle: UserMemory, *, now: datetime | None = None, horizon_days:
         horizon_days: how far ahead an item counts as upcoming.
         context: the active context (default: the handle's scope's).
         limit: most items shown (the soonest due first).
+        reminders: show due items; off (long-term memory off), the block holds the
+            time line only and nothing is read or marked.
 
     Returns:
         The block, delimited by ``<memory-now>`` tags; it always holds the time line.
@@ -424,7 +442,7 @@ def turn_block(handle: UserMemory, *, now: datetime | None = None, horizon_days:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise InvalidInput(f"limit must be a whole number ≥ 0, not {limit!r}")
     contexts = _contexts(handle, context)
-    due = [item for item in handle.upcoming(horizon_days)
+    due = [item for item in (handle.upcoming(horizon_days) if reminders else [])
            if item.context in contexts and not item.sensitive and item.due_at is not None]
     due = sorted(due, key=lambda item: (item.due_at or "", item.id))[:limit]
     lines = [NOW_OPEN, f"Current time: {_when(moment)} ({_offset(moment)})"]

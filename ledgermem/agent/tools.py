@@ -38,11 +38,13 @@ from pydantic import (
 from pydantic.json_schema import SkipJsonSchema
 
 from ..errors import InvalidInput, LedgermemError, NotFound, StorageError
-from ..types import CATEGORIES, MAX_CONTENT, SOURCES, Item, Turn
+from ..types import CATEGORIES, MAX_CONTENT, Item, Turn
 from ..user_memory import UserMemory
 from ..validation import MAX_NAME_CHARS
 
 __all__ = [
+    "MEMORY_OFF_REPLY",
+    "MEMORY_OFF_TOOL",
     "TOOLS",
     "TOOL_NAMES",
     "ForgetArguments",
@@ -304,7 +306,8 @@ class MemoryTools:
 
     ``call`` never raises for anything a model can send: the answer is always a JSON
     string, and a refused or failed call is ``{"error", "code", "tool"}`` with
-    ``code`` one of ``unknown_tool``, ``invalid_arguments``, ``not_found``,
+    ``code`` one of ``unknown_tool``, ``memory_off`` (long-term memory is off:
+    ``long_term=False``), ``invalid_arguments``, ``not_found``,
     ``invalid_input``, ``storage_error``, ``failed`` (``internal_error`` for a bug, logged
     with its traceback here, never shown to the model). Nothing is stored by a call that
     fails.
@@ -312,8 +315,9 @@ class MemoryTools:
 
     names: tuple[str, ...] = TOOL_NAMES
 
-    def __init__(self, handle: UserMemory) -> None:
+    def __init__(self, handle: UserMemory, *, long_term: bool = True) -> None:
         self.user_memory = handle
+        self.long_term = long_term
         self._run: dict[str, Callable[[Any], dict[str, Any]]] = {
             "remember": self._remember, "recall": self._recall,
             "update_memory": self._update, "forget": self._forget,
@@ -359,6 +363,8 @@ class MemoryTools:
             if spec is None:
                 raise _Refused("unknown_tool", f"unknown tool {_show(name)}; the memory "
                                 f"tools are {', '.join(TOOL_NAMES)}")
+            if not self.long_term:
+                raise _Refused("memory_off", MEMORY_OFF_TOOL)
             return self._run[spec.name](_validate(spec, _decode(arguments)))
         except _Refused as exc:
             return _error(name, exc.code, str(exc))
@@ -536,6 +542,12 @@ HELP = (
     "/reset - start a fresh conversation (it is saved to memory first)\n"
     "/help - this list"
 )
+MEMORY_OFF_REPLY = ("Long-term memory is off here: I remember only this conversation, "
+                    "and nothing is stored about you.")
+"""What ``/remember``, ``/memory`` and ``/forget`` answer with long-term memory off."""
+MEMORY_OFF_TOOL = ("long-term memory is off for this conversation: nothing can be "
+                   "remembered, recalled or forgotten")
+"""The error a memory tool call answers with long-term memory off."""
 _PLURAL = {"fact": "Facts", "preference": "Preferences", "error": "Things to avoid",
            "skill": "Skills", "note": "Notes", "reminder": "Reminders"}
 
@@ -549,15 +561,24 @@ class SlashCommands:
     reply; none raises for what a person can type.
     """
 
-    def __init__(self, handle: UserMemory) -> None:
+    def __init__(self, handle: UserMemory, *, long_term: bool = True) -> None:
         self.user_memory = handle
+        self.long_term = long_term
 
     def handle(self, text: str) -> SlashResult | None:
-        """Run ``text`` if it is a command; ``None`` when it is an ordinary message."""
+        """Run ``text`` if it is a command; ``None`` when it is an ordinary message.
+        With long-term memory off (``long_term=False``), ``/remember``, ``/memory`` and
+        ``/forget`` answer that it is off and touch nothing; ``/reset`` still starts a
+        fresh conversation."""
         match = _COMMAND.fullmatch(text.strip())
         if match is None:
             return None
         command, rest = match.group(1).lower(), (match.group(2) or "").strip()
+        if not self.long_term and command in ("remember", "memory", "memories", "forget"):
+            return SlashResult("memory" if command == "memories" else command,
+                               MEMORY_OFF_REPLY)
+        if command == "reset" and not self.long_term:
+            return SlashResult("reset", "Starting a fresh conversation.", reset=True)
         if command == "remember":
             return self._remember(rest)
         if command in ("memory", "memories"):
@@ -612,8 +633,7 @@ class SlashCommands:
                                "everything I remember about you. To forget one thing, "
                                "ask me in a normal message.")
         try:
-            with self.user_memory.memory.store.transaction():
-                count = sum(self.user_memory.forget_by_source(source) for source in SOURCES)
+            count = self.user_memory.forget_all()
         except LedgermemError as exc:
             return SlashResult("forget", f"Could not forget: {_cut(str(exc), 200)}")
         reply = (f"Forgot everything I remembered about you ({count} "

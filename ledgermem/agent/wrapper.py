@@ -36,6 +36,16 @@ when it goes idle (``Sessions``' timer: one LLM call with the whole conversation
 context, then the window is cleared) or on ``/reset``; queueing extraction too would
 distil the same turns twice. Without an LLM the turns wait on disk (consolidation is
 skipped and reported) and the model's ``remember`` tool still writes memories.
+``/forget`` erases the user's long-term memory and keeps the sessions (their windows
+still replay), but what was said before it is never distilled again
+(``UserMemory.forget_all``).
+
+Long-term memory off (``SessionOptions(enabled=False)``, ``memory.enabled: false``):
+the agent is session only (``long_term``). No tools are offered, the prefix says memory
+is off and shows nothing stored, the turn block gives the time only, memory tool calls
+and ``/remember``, ``/memory``, ``/forget`` answer that memory is off, a failed host
+tool is logged without becoming an ``error`` item, and the conversation is kept and
+replayed but never consolidated.
 
 Example:
     >>> agent = MemoryAgent(memory, user="alice", channel="telegram")   # doctest: +SKIP
@@ -73,6 +83,7 @@ from .prompt import (
     Profile,
     PromptOptions,
     profile,
+    session_only_prefix,
     system_prefix,
     turn_block,
     with_turn_block,
@@ -191,8 +202,17 @@ class MemoryAgent:
             raise InvalidInput(f"context must be a non-empty name, not {context!r:.60}")
         self.handle: UserMemory = self.memory.for_user(
             self.user, context=context.strip(), session_id=self.session_id)
-        self.memory_tools = MemoryTools(self.handle)
-        self.slash_commands = SlashCommands(self.handle)
+        self.memory_tools = MemoryTools(self.handle, long_term=self.long_term)
+        self.slash_commands = SlashCommands(self.handle, long_term=self.long_term)
+
+    @property
+    def long_term(self) -> bool:
+        """Whether long-term memory is on (the sessions' ``enabled``, from
+        ``memory.enabled``). Off, the agent is session only: no tools are offered, the
+        prefix shows no memories, the turn block only the time, memory tool calls and
+        ``/remember``, ``/memory``, ``/forget`` answer that memory is off, and nothing
+        is learnt from the conversation (which is still kept and replayed)."""
+        return self.sessions.options.enabled
 
     def set_context(self, context: str) -> None:
         """Switch the active context: the next ``prepare`` rebuilds the profile and the
@@ -213,15 +233,15 @@ class MemoryAgent:
             self._prefix = None
 
     # 1. before the model call -----------------------------------------------------
-    @staticmethod
-    def tools() -> list[dict[str, Any]]:
-        """The memory tools' schemas in the OpenAI function-calling format."""
-        return openai_tools()
+    def tools(self) -> list[dict[str, Any]]:
+        """The memory tools' schemas in the OpenAI function-calling format; none with
+        long-term memory off (leave ``tools`` out of the request when empty)."""
+        return openai_tools() if self.long_term else []
 
-    @staticmethod
-    def anthropic_tools() -> list[dict[str, Any]]:
-        """The memory tools' schemas in the Anthropic tool format."""
-        return anthropic_tools()
+    def anthropic_tools(self) -> list[dict[str, Any]]:
+        """The memory tools' schemas in the Anthropic tool format; none with long-term
+        memory off."""
+        return anthropic_tools() if self.long_term else []
 
     def prepare(self, user_text: str) -> PreparedTurn:
         """Run a slash command, or build the messages for the model.
@@ -237,7 +257,7 @@ class MemoryAgent:
                 return self._slash(slash)
             window = self.sessions.window(self.user, self.channel)
             prefix, new = self._session_prefix(window)
-            block = turn_block(self.handle, context=self.context)
+            block = turn_block(self.handle, context=self.context, reminders=self.long_term)
             messages = [{"role": "system", "content": prefix}]
             messages.extend({"role": turn.role, "content": turn.content} for turn in window
                             if turn.role in ("user", "assistant"))
@@ -261,6 +281,11 @@ class MemoryAgent:
         """The session's frozen prefix, built at its first turn; True when built now."""
         if self._prefix is not None and self._same_session(window):
             return self._prefix, False
+        if not self.long_term:
+            self._profile = Profile((), "off")
+            self._prefix = session_only_prefix(self.options)
+            self._anchor = window[0].id if window else None
+            return self._prefix, True
         self._profile = profile(self.handle, self.options, self.llm, context=self.context)
         self._prefix = system_prefix(self.handle, self.options, context=self.context,
                                      profile=self._profile)
@@ -317,7 +342,8 @@ class MemoryAgent:
         try:
             self.handle.log_tool_call(name, _loggable(args, kwargs), success=exc is None,
                                       duration_ms=duration_ms, error=error,
-                                      session_id=self.session_id)
+                                      session_id=self.session_id,
+                                      learn_error=self.long_term)
         except LedgermemError:
             log.exception("could not log the call of tool %r to tool history", name)
 
@@ -445,8 +471,13 @@ class AsyncMemoryAgent(_Offloading[MemoryAgent]):
     async def _run(self, call: Callable[[], R]) -> R:
         return await self._memory._run(call)
 
-    tools = staticmethod(MemoryAgent.tools)
-    anthropic_tools = staticmethod(MemoryAgent.anthropic_tools)
+    def tools(self) -> list[dict[str, Any]]:
+        """See ``MemoryAgent.tools`` (no I/O, not awaited)."""
+        return self._agent.tools()
+
+    def anthropic_tools(self) -> list[dict[str, Any]]:
+        """See ``MemoryAgent.anthropic_tools`` (no I/O, not awaited)."""
+        return self._agent.anthropic_tools()
 
     def is_memory_tool(self, name: str) -> bool:
         """Whether ``name`` goes to ``call_tool`` rather than ``run_tool``."""

@@ -19,6 +19,7 @@ from ..types import Event, Item, Scope, Visibility
 
 __all__ = [
     "CONTENT_KINDS",
+    "FORGOTTEN",
     "MEMORY_KINDS",
     "ItemAdded",
     "ItemChanged",
@@ -59,6 +60,10 @@ class Kind(StrEnum):
         """The kind of a conversation turn spoken by ``role``."""
         return cls(f"turn.{role}")
 
+
+FORGOTTEN = "forgotten"
+"""The extraction state (``turns.extracted`` outcome) of turns said before the user
+asked to forget everything (``forget_all``): kept in their sessions, never learnt from."""
 
 CHANGE_KINDS = frozenset({Kind.MEMORY_UPDATED, Kind.MEMORY_SUPERSEDED,
                           Kind.MEMORY_INVALIDATED, Kind.MEMORY_RESTORED})

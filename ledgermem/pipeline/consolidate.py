@@ -19,7 +19,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from ..clock import iso
-from ..domain.events import Kind, new_event
+from ..domain.events import FORGOTTEN, Kind, new_event
 from ..errors import InvalidInput
 from ..store.base import TurnQuery
 from ..types import CATEGORIES, ItemQuery, Scope, Turn
@@ -88,13 +88,24 @@ def consolidate_session(parts: PipelineParts, scope: Scope, session_id: str, llm
 def _distil(parts: PipelineParts, scope: Scope, session_id: str, turns: list[Turn], llm: LLM,
             instructions: str | None) -> int | None:
     """One LLM call turns ``turns`` into items, written with the ``turn.consolidated``
-    mark in one transaction. Returns the items added, or None when the call failed."""
+    mark in one transaction. Returns the items added, or None when the call failed.
+
+    Turns said before the user asked to forget everything (``FORGOTTEN``) are marked
+    with the others but never shown to the model: what was forgotten is not learnt
+    again from the conversation it came from."""
     store, user_id = parts.store, scope.user_id
+    scoped = check_scope(Scope(user_id, scope.agent_id, session_id))
+    ids = [t.id for t in turns]
+    forgotten = set(store.extraction_ids(user_id, FORGOTTEN))
+    turns = [t for t in turns if t.id not in forgotten]
+    if not turns:
+        store.append([new_event(scoped, iso(parts.clock()), Kind.TURN_CONSOLIDATED,
+                                {"ids": ids, "items": 0, "skipped": 0, "distilled": False,
+                                 "reason": "said before the user's memory was forgotten"})])
+        return 0
     known = store.query_items(user_id, ItemQuery(), limit=30)[0]
     answer = ask(llm, consolidation_messages(turns, known, instructions=instructions),
                  Consolidation, purpose="consolidation")
-    scoped = check_scope(Scope(user_id, scope.agent_id, session_id))
-    ids = [t.id for t in turns]
     with store.transaction():
         store.append(llm_events(scoped, iso(parts.clock()), answer.calls))
         if answer.value is None:
@@ -110,7 +121,7 @@ def _distil(parts: PipelineParts, scope: Scope, session_id: str, turns: list[Tur
                         source="consolidation", context=fact.context or None,
                         entity=entity_or_none(fact.entity), sensitive=fact.sensitive,
                         due_at=time_or_none(fact.due_at, turns[-1].ts), valid_from=turns[-1].ts,
-                        metadata={"turn_ids": ids},
+                        metadata={"turn_ids": [t.id for t in turns]},
                         reason=f"consolidated from session {session_id}")
                 added += 1
             except InvalidInput as exc:

@@ -13,14 +13,15 @@ import inspect
 import json
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from ledgermem import Memory
-from ledgermem.agent.prompt import NO_MEMORIES
+from ledgermem.agent.prompt import MEMORY_OFF, NO_MEMORIES, PromptOptions, session_only_prefix
 from ledgermem.agent.sessions import SessionOptions, Sessions, UserDirectory
-from ledgermem.agent.tools import openai_tools
+from ledgermem.agent.tools import MEMORY_OFF_REPLY, MEMORY_OFF_TOOL, openai_tools
 from ledgermem.agent.wrapper import AsyncMemoryAgent, MemoryAgent, MemoryMixin, PreparedTurn
 from ledgermem.aio import AsyncMemory
 from ledgermem.errors import InvalidInput
@@ -287,6 +288,89 @@ def test_slash_commands_never_reach_the_model(
         assert timers.live == []
         assert len(server.chat_requests) == 1
     llm.close()
+
+
+def test_forget_keeps_the_session_but_idle_consolidation_never_learns_it_again(
+        tmp_path: Any, clock: FakeClock, server: ScriptedLLMServer,
+        timers: FakeTimers) -> None:
+    llm = make_llm(server)
+    with Memory.open(str(tmp_path / "m.db"), clock=clock, embedder=None, llm=llm) as memory:
+        sessions = Sessions(memory, timer_factory=timers)
+        agent = MemoryAgent(memory, user="alice", channel="telegram", sessions=sessions)
+        other = MemoryAgent(memory, user="alice", channel="slack", sessions=sessions)
+        exchange(agent, clock, "I'm vegetarian", "Noted!")
+        exchange(other, clock, "My sister is called Nora", "Nice name!")
+        memory.for_user("alice").remember("Lives in Porto", "fact")
+        # said, not consolidated yet, and then Alice asks to forget everything
+        forgot = agent.prepare("/forget")
+        assert forgot.slash is not None and forgot.slash.data == {"forgotten": 1}
+        # the sessions are kept: the window still replays what was said
+        assert [t.content for t in sessions.window("alice", "telegram")] == [
+            "I'm vegetarian", "Noted!"]
+        exchange(agent, clock, "I moved to Lyon", "Welcome to Lyon!")
+        # the telegram session goes idle: only what followed /forget is shown the model
+        server.reply({"items": [{"content": "Lives in Lyon", "category": "fact"}]})
+        clock.advance(minutes=30)
+        for timer in timers.live:
+            timer.fire()
+        [request] = server.chat_requests
+        assert "Lyon" in request.text
+        assert "vegetarian" not in request.text and "Nora" not in request.text
+        # the slack session held only forgotten turns: marked, no call, nothing learnt
+        assert sessions.window("alice", "telegram") == []
+        assert sessions.window("alice", "slack") == []
+        knowledge = memory.for_user("alice").all_knowledge()["items"]
+        assert [item.content for item in knowledge] == ["Lives in Lyon"]
+        assert knowledge[0].metadata["turn_ids"] == [
+            t.id for t in sessions.history("alice", "telegram")[2:]]
+        assert len(sessions.history("alice", "telegram")) == 4  # all kept on disk
+        assert memory.verify()["problems"] == []
+    llm.close()
+
+
+def test_with_long_term_memory_off_the_agent_is_session_only(
+        memory: Memory, clock: FakeClock, timers: FakeTimers) -> None:
+    alice = memory.for_user("alice")
+    alice.remember("Prefers green tea", "preference")
+    due = alice.remember("Call the dentist", "reminder",
+                         due_at=(clock() + timedelta(hours=2)).isoformat())
+    sessions = Sessions(memory, SessionOptions(enabled=False), timer_factory=timers)
+    agent = MemoryAgent(memory, user="alice", channel="web", sessions=sessions)
+    assert not agent.long_term
+    assert agent.tools() == [] and agent.anthropic_tools() == []
+    turn = exchange(agent, clock, "Hi", "Hello!")
+    assert turn.prefix == session_only_prefix() and MEMORY_OFF in turn.prefix
+    assert agent.profile is not None and agent.profile.source == "off"
+    shown = texts(turn)
+    assert "green tea" not in shown and "dentist" not in shown and "current time:" in shown
+    assert alice.get(due.id).reminded_at is None  # nothing shown, nothing marked
+    # the tools and the memory commands refuse, and change nothing
+    before = alice.all_knowledge()["total"]
+    refused = json.loads(agent.call_tool("remember", {"content": "Owns a cat"}))
+    assert refused["code"] == "memory_off" and refused["error"] == MEMORY_OFF_TOOL
+    assert json.loads(agent.call_tool("recall", {"query": "tea"}))["code"] == "memory_off"
+    for text in ("/remember I own a cat", "/memory", "/forget"):
+        answered = agent.prepare(text)
+        assert answered.slash is not None and answered.slash.reply == MEMORY_OFF_REPLY
+    assert alice.all_knowledge()["total"] == before == 2
+    # a failing host tool is logged, but no error item is learnt
+    with pytest.raises(ValueError):
+        agent.run_tool("parse", int, "x")
+    assert [c.name for c in alice.tool_errors()] == ["parse"]
+    assert alice.all_knowledge(category="error")["total"] == 0
+    # the conversation is kept and replayed; no idle timer; /reset clears it
+    second = exchange(agent, clock, "Again", "Sure.")
+    assert second.prefix == turn.prefix and not second.new_prefix
+    assert [m["content"] for m in second.messages[1:3]] == ["Hi", "Hello!"]
+    assert timers.live == []
+    reset = agent.prepare("/reset")
+    assert reset.reset is not None and reset.reset.status == "cleared"
+    assert sessions.window("alice", "web") == []
+    # custom instructions stay first
+    custom = MemoryAgent(memory, user="alice", channel="cli", sessions=sessions,
+                         options=PromptOptions(instructions="You are a terse assistant."))
+    prefix = custom.prepare("Hi").prefix
+    assert prefix == "You are a terse assistant.\n" + MEMORY_OFF
 
 
 # context switching -------------------------------------------------------------------------
