@@ -199,18 +199,25 @@ class Sessions:
         self._closed = False
 
     # the conversation -------------------------------------------------------------
-    def record(self, user: str, channel: str, role: str, content: str) -> Turn:
+    def record(self, user: str, channel: str, role: str, content: str, *,
+               metadata: Mapping[str, Any] | None = None) -> Turn:
         """Store one turn of ``user``'s session on ``channel`` and re-arm its idle timer.
 
         The caller records both sides: the person's clean message (without any block
-        prepended for the model) and the reply.
+        prepended for the model) and the reply. ``metadata`` (a JSON object) is kept
+        with the turn, beside the channel.
 
         Raises:
-            InvalidInput: a bad user, channel, role or content; nothing is stored then.
+            InvalidInput: a bad user, channel, role, content or metadata; nothing is
+                stored then.
         """
         key = session_key(user, channel)
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise InvalidInput(f"metadata must be a JSON object, not "
+                               f"{type(metadata).__name__}")
         turn = self.memory.for_user(user).add_turns(
-            [{"role": role, "content": content, "metadata": {CHANNEL_KEY: channel}}],
+            [{"role": role, "content": content,
+              "metadata": {**(metadata or {}), CHANNEL_KEY: channel}}],
             session_id=key)[0]
         if self.options.consolidates_when_idle:
             self._arm(user, channel, turn.id, self._idle_seconds)
@@ -262,6 +269,17 @@ class Sessions:
         """
         self._cancel(session_key(user, channel))
         return self._consolidate(user, channel, clear_anyway=True)
+
+    def discard(self, user: str, channel: str, why: str) -> SessionResult:
+        """Clear the session without distilling anything (its owner deleted it): the
+        idle timer is cancelled and the open turns are marked, with ``why``, so no
+        later consolidation learns from them. They stay on disk, as every turn does."""
+        key = session_key(user, channel)
+        self._cancel(key)
+        with self._lock:
+            lock = self._session_locks.setdefault(key, threading.Lock())
+        with lock:
+            return SessionResult(key, "cleared", self._clear(user, key, why), why=why)
 
     def due(self) -> list[tuple[str, str]]:
         """``(user, channel)`` of the sessions idle for ``idle_consolidate_minutes`` or
