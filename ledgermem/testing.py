@@ -8,6 +8,11 @@ every machine. It is no substitute for a real model's semantics.
 ``ScriptedLLMServer`` is a real HTTP server on loopback that speaks
 ``/v1/chat/completions`` and ``/v1/embeddings`` and plays scripted answers (JSON,
 malformed text, HTTP errors, delays), so the network edge is faked and nothing else.
+``SERVER_PROFILES`` make it answer structured-output requests the way a real kind of
+server does: the status and body of each one's refusals (llama-cpp-python's HTTP 500 on
+``json_schema``, LM Studio's 400 on ``json_object``, Gemini's errors as a JSON list…)
+and the servers that ignore ``response_format`` and wrap their JSON in prose and a
+code fence.
 """
 
 from __future__ import annotations
@@ -16,8 +21,8 @@ import hashlib
 import json
 import threading
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -27,7 +32,8 @@ import numpy.typing as npt
 from .providers.embedders import BaseEmbedder, register_embedder
 from .retrieval.keyword import query_terms
 
-__all__ = ["HashEmbedder", "Reply", "ScriptedLLMServer", "ScriptedRequest"]
+__all__ = ["SERVER_PROFILES", "HashEmbedder", "Reply", "ScriptedLLMServer", "ScriptedRequest",
+           "ServerProfile"]
 
 
 class HashEmbedder(BaseEmbedder):
@@ -76,6 +82,73 @@ class Reply:
     delay: float = 0.0
     usage: dict[str, int] | None = None
     tool_calls: Sequence[dict[str, Any]] | None = None
+    error: Any = None
+    """The JSON body of an error answer (``status`` other than 200); default: an
+    OpenAI-style ``{"error": {"message": …}}``."""
+    model: str | None = None
+    """The model name the answer reports (default: the one asked for)."""
+
+
+@dataclass(frozen=True)
+class ServerProfile:
+    """How one kind of OpenAI-compatible server answers structured-output requests.
+
+    Attributes:
+        name: what the profile is called in ``SERVER_PROFILES``.
+        refuses: ``response_format`` type → the (status, JSON body) it is refused with,
+            before any scripted reply is played.
+        ignores: types the server accepts but does not enforce: the scripted JSON comes
+            back wrapped in a sentence and a code fence, as a model left free writes it.
+    """
+
+    name: str
+    refuses: Mapping[str, tuple[int, Any]] = field(default_factory=dict)
+    ignores: frozenset[str] = frozenset()
+
+
+_LLAMA_CPP_PYTHON_500 = {"error": {
+    "message": "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', "
+               "'response_format', 'type'), 'msg': \"Input should be 'text' or "
+               "'json_object'\", 'input': 'json_schema', 'ctx': {'expected': \"'text' or "
+               "'json_object'\"}}\n\n  File \"llama_cpp/server/app.py\", line 376, in "
+               "create_chat_completion\n    POST /v1/chat/completions",
+    "type": "internal_server_error", "param": None, "code": None}}
+
+SERVER_PROFILES: dict[str, ServerProfile] = {profile.name: profile for profile in (
+    ServerProfile("openai"),
+    # llama-cpp-python's server (0.3.x): a request-validation error on json_schema,
+    # answered with HTTP 500 (recorded in ../shared/data/real-llm).
+    ServerProfile("llama-cpp-python", {"json_schema": (500, _LLAMA_CPP_PYTHON_500)}),
+    # llama.cpp's llama-server, older builds: a runtime error, HTTP 500.
+    ServerProfile("llama-server-old", {"json_schema": (500, {"error": {
+        "code": 500, "type": "server_error",
+        "message": 'response_format type must be one of "text" or "json_object", but got: '
+                   "json_schema"}})}),
+    # LM Studio: JSON schema only; the error is a bare string.
+    ServerProfile("lm-studio", {"json_object": (400, {
+        "error": "'response_format.type' must be 'json_schema' or 'text'"})}),
+    # vLLM when its grammar backend cannot compile the schema.
+    ServerProfile("vllm", {"json_schema": (400, {
+        "object": "error", "type": "BadRequestError", "param": None, "code": 400,
+        "message": "The provided JSON schema contains features not supported by "
+                   "xgrammar."})}),
+    # Gemini's OpenAI-compatible endpoint: errors come as a JSON list.
+    ServerProfile("gemini", {"json_schema": (400, [{"error": {
+        "code": 400, "status": "INVALID_ARGUMENT",
+        "message": "Invalid JSON payload received. Unknown name \"$defs\" at "
+                   "'response_format.json_schema.schema': Cannot find field."}}])}),
+    # A FastAPI-based server with a strict request model: 422 and a ``detail`` list.
+    ServerProfile("strict-422", {"json_schema": (422, {"detail": [{
+        "type": "literal_error", "loc": ["body", "response_format", "type"],
+        "msg": "Input should be 'text' or 'json_object'", "input": "json_schema"}]})}),
+    # A server with no structured output at all.
+    ServerProfile("no-json-mode", {kind: (400, {"error": {
+        "message": f"response_format {kind} is not supported", "type": "invalid_request_error"}})
+        for kind in ("json_schema", "json_object")}),
+    # Older Ollama and many proxies: response_format is taken and ignored.
+    ServerProfile("ignores-format", ignores=frozenset({"json_schema", "json_object"})),
+)}
+"""Known server behaviours, by name, for ``ScriptedLLMServer(profile=…)``."""
 
 
 @dataclass(frozen=True)
@@ -116,11 +189,21 @@ class ScriptedLLMServer:
             ``json_schema`` with HTTP 400, like servers that only have JSON mode.
         default: the chat reply once the script is played (e.g. a callable that
             answers from the request); None answers HTTP 410.
+        profile: a ``ServerProfile`` or the name of one in ``SERVER_PROFILES``: how
+            structured-output requests are refused or ignored (default ``openai``:
+            every mode taken).
     """
 
     def __init__(self, *replies: Entry, embeddings: Sequence[Entry] = (),
                  dimensions: int = 64, json_schema: bool = True,
-                 default: Entry | None = None) -> None:
+                 default: Entry | None = None,
+                 profile: str | ServerProfile = "openai") -> None:
+        if isinstance(profile, str):
+            if profile not in SERVER_PROFILES:
+                raise ValueError(f"unknown server profile {profile!r}; known: "
+                                 f"{', '.join(SERVER_PROFILES)}")
+            profile = SERVER_PROFILES[profile]
+        self.profile = profile
         self.json_schema = json_schema
         self.default = default
         self.requests: list[ScriptedRequest] = []
@@ -180,7 +263,7 @@ class ScriptedLLMServer:
 
     # what the handler calls -------------------------------------------------------
     def _answer(self, path: str, body: dict[str, Any], headers: dict[str, str]
-                ) -> tuple[int, dict[str, Any]]:
+                ) -> tuple[int, Any]:
         with self._lock:
             self._in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self._in_flight)
@@ -198,12 +281,15 @@ class ScriptedLLMServer:
             self.requests[index] = ScriptedRequest(path, body, headers, status)
         return status, answer
 
-    def _play(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    def _play(self, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+        fmt = None
         if path == "/chat/completions":
             fmt = (body.get("response_format") or {}).get("type")
             if fmt == "json_schema" and not self.json_schema:
                 return 400, _error("response_format json_schema is not supported by this "
                                    "server; use json_object")
+            if isinstance(fmt, str) and fmt in self.profile.refuses:
+                return self.profile.refuses[fmt]
             queue = self._chat
         elif path == "/embeddings":
             queue = self._embeddings
@@ -223,7 +309,8 @@ class ScriptedLLMServer:
         if reply.delay and self._closing.wait(reply.delay):
             return 503, _error("scripted server closing")
         if reply.status != 200:
-            return reply.status, _error(f"scripted HTTP {reply.status}")
+            return reply.status, (_error(f"scripted HTTP {reply.status}")
+                                  if reply.error is None else reply.error)
         if path == "/embeddings":
             return 200, {"object": "list", "model": body.get("model"), "data": [
                 {"object": "embedding", "index": i, "embedding": v}
@@ -232,6 +319,9 @@ class ScriptedLLMServer:
             reply.content if isinstance(reply.content, str)
             else None if reply.content is None and reply.tool_calls
             else json.dumps(reply.content))
+        if content is not None and fmt in self.profile.ignores:
+            content = (f"Sure! Here is the JSON you asked for:\n```json\n{content}\n```\n"
+                       "Let me know if you need anything else.")
         prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
         usage = reply.usage or {"prompt_tokens": len(prompt.split()),
                                 "completion_tokens": len((content or "").split())}
@@ -240,7 +330,8 @@ class ScriptedLLMServer:
         if reply.tool_calls:
             message["tool_calls"] = [_tool_call(call, n)
                                      for n, call in enumerate(reply.tool_calls)]
-        return 200, {"id": "scripted", "object": "chat.completion", "model": body.get("model"),
+        return 200, {"id": "scripted", "object": "chat.completion",
+                     "model": reply.model or body.get("model"),
                      "choices": [{"index": 0, "message": message,
                                   "finish_reason": "tool_calls" if reply.tool_calls
                                   else "stop"}],

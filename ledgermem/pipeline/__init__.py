@@ -7,8 +7,9 @@ store, clock, writer, searcher, LLM…), never the ``Memory`` facade.
 """
 
 from .extraction import ExtractionOptions, ExtractionReport, ExtractionWorker
+from .guards import GuardOptions
 from .maintenance import MaintenanceOptions
 from .parts import PipelineParts
 
-__all__ = ["ExtractionOptions", "ExtractionReport", "ExtractionWorker", "MaintenanceOptions",
-           "PipelineParts"]
+__all__ = ["ExtractionOptions", "ExtractionReport", "ExtractionWorker", "GuardOptions",
+           "MaintenanceOptions", "PipelineParts"]

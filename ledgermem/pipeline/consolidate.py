@@ -4,8 +4,11 @@ A session qualifies when all its turns are older than ``idle_days``, it has at l
 ``min_turns`` turns, and some are not consolidated yet. One LLM call per session turns
 its unconsolidated turns (the first ``max_turns`` of them) into items of source
 ``consolidation``, linked to those turns; the items and the ``turn.consolidated`` mark
-are written in one transaction. Turns stay until ``prune``. A session whose call fails
-is left as it was and tried again on the next run.
+are written in one transaction. Each item must pass the guards extraction's ADDs pass
+(``guards.check_fact``: no placeholder, nothing only the assistant said or did, words a
+user turn of the session said); one that fails is logged and counted as ``skipped``.
+Turns stay until ``prune``. A session whose call fails is left as it was and tried
+again on the next run.
 
 ``consolidate_session`` does the same for one given session now, whatever its age or
 length (the agent's sessions layer calls it when a conversation goes idle or on
@@ -25,7 +28,8 @@ from ..store.base import TurnQuery
 from ..types import CATEGORIES, ItemQuery, Scope, Turn
 from ..validation import check_scope
 from .calls import ask, llm_events
-from .prompts import Consolidation, consolidation_messages, entity_or_none, time_or_none
+from .guards import Said, check_fact
+from .prompts import Consolidation, Fact, consolidation_messages, entity_or_none, time_or_none
 
 if TYPE_CHECKING:
     from ..providers.llm import LLM
@@ -104,30 +108,46 @@ def _distil(parts: PipelineParts, scope: Scope, session_id: str, turns: list[Tur
                                  "reason": "said before the user's memory was forgotten"})])
         return 0
     known = store.query_items(user_id, ItemQuery(), limit=30)[0]
-    answer = ask(llm, consolidation_messages(turns, known, instructions=instructions),
-                 Consolidation, purpose="consolidation")
+    messages = consolidation_messages(turns, known, instructions=instructions)
+    answer = ask(llm, messages, Consolidation, purpose="consolidation")
     with store.transaction():
         store.append(llm_events(scoped, iso(parts.clock()), answer.calls))
         if answer.value is None:
             log.warning("consolidating session %s failed: %s", session_id, answer.error)
             return None
-        added = 0
-        for fact in answer.value.items:
-            try:
-                with store.transaction():
-                    parts.writer.remember(
-                        scoped, fact.content,
-                        fact.category if fact.category in CATEGORIES else "fact",
-                        source="consolidation", context=fact.context or None,
-                        entity=entity_or_none(fact.entity), sensitive=fact.sensitive,
-                        due_at=time_or_none(fact.due_at, turns[-1].ts), valid_from=turns[-1].ts,
-                        metadata={"turn_ids": [t.id for t in turns]},
-                        reason=f"consolidated from session {session_id}")
-                added += 1
-            except InvalidInput as exc:
-                log.warning("consolidation item skipped: %s", exc)
+        said = Said([(t.id, t.role, t.content) for t in turns], messages[0]["content"])
+        added, skipped = _write_facts(parts, scoped, session_id, answer.value.items, turns,
+                                      said)
         store.append([new_event(scoped, iso(parts.clock()), Kind.TURN_CONSOLIDATED,
                                 {"ids": ids, "items": added,
-                                 "skipped": len(answer.value.rejected)})])
+                                 "skipped": len(answer.value.rejected) + skipped})])
     log.info("consolidated session %s: %d turns, %d items", session_id, len(turns), added)
     return added
+
+
+def _write_facts(parts: PipelineParts, scoped: Scope, session_id: str, facts: list[Fact],
+                 turns: list[Turn], said: Said) -> tuple[int, int]:
+    """Write each fact that passes the guards, each in its own savepoint; returns how
+    many were added and how many were skipped (logged)."""
+    added = skipped = 0
+    for fact in facts:
+        checked = check_fact(fact.content, None, said)
+        if checked.problem is not None:
+            log.warning("consolidation item skipped: %s", checked.problem)
+            skipped += 1
+            continue
+        try:
+            with parts.store.transaction():
+                parts.writer.remember(
+                    scoped, fact.content,
+                    fact.category if fact.category in CATEGORIES else "fact",
+                    source="consolidation", context=fact.context or None,
+                    entity=entity_or_none(fact.entity), sensitive=fact.sensitive,
+                    due_at=time_or_none(fact.due_at, turns[-1].ts), valid_from=turns[-1].ts,
+                    metadata={"turn_ids": [t.id for t in turns]},
+                    reason=f"consolidated from session {session_id}")
+            added += 1
+        except InvalidInput as exc:
+            log.warning("consolidation item skipped: %s", exc)
+            skipped += 1
+    return added, skipped

@@ -10,14 +10,18 @@ when a worker died mid-call and another took over after the claim expired.
 A failed LLM call (invalid JSON, timeout, HTTP error after the provider's retries)
 marks the turns ``failed`` with the error, so nothing blocks the queue;
 ``UserMemory.requeue_extraction()`` puts failed turns back. Operations that cannot be
-applied (an id that was not shown, a DELETE over the limit, no content) are logged to
-``ledgermem.extraction`` and skipped; the others are applied.
+applied (an id that was not shown, a DELETE over the limit, no content) or that fail
+the guards (``guards.py``: a placeholder, what the assistant did, words the user never
+said, an UPDATE that drops what it replaces without a reason) are logged to
+``ledgermem.extraction``, listed in the ``turns.extracted`` event's ``problems`` and
+skipped; the others are applied, with the user turns that ground them as ``turn_ids``.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import time
 import uuid
@@ -35,6 +39,7 @@ from ..store.base import TurnQuery
 from ..types import CATEGORIES, Item, ItemQuery, Scope, Turn
 from ..validation import check_scope
 from .calls import ask, llm_events
+from .guards import Checked, GuardOptions, Said, check_delete, check_fact, check_update
 from .prompts import (
     ExtractionResult,
     Operation,
@@ -47,7 +52,7 @@ if TYPE_CHECKING:
     from .parts import PipelineParts
 
 __all__ = ["ExtractionOptions", "ExtractionReport", "ExtractionWorker", "apply_operations",
-           "extract"]
+           "extract", "target_of"]
 
 log = logging.getLogger("ledgermem.extraction")
 
@@ -67,6 +72,7 @@ class ExtractionOptions:
         queue_batches: batches read from the queue at a time.
         background: extract in a daemon thread as turns arrive; False leaves the queue
             to ``flush()`` (batch jobs, or a CLI that must not call the model).
+        guards: how strict the checks on each operation are (``guards.GuardOptions``).
     """
 
     min_words: int = 20
@@ -76,6 +82,7 @@ class ExtractionOptions:
     claim_seconds: float = 300.0
     queue_batches: int = 16
     background: bool = True
+    guards: GuardOptions = field(default_factory=GuardOptions)
 
 
 @dataclass
@@ -122,7 +129,8 @@ def extract(parts: PipelineParts, turns: Sequence[Turn], *, holder: str,
         if not store.confirm_extraction(first.user_id, ids, holder):
             return _lost(parts, scope, ids, answer.calls)
         store.append(llm_events(scope, iso(now), answer.calls))
-        counts, problems = apply_operations(parts, scope, result, shown, turns, options)
+        counts, problems = apply_operations(parts, scope, result, shown, turns, options,
+                                            instructions=messages[0]["content"])
         store.append([new_event(scope, iso(parts.clock()), Kind.TURNS_EXTRACTED,
                                 {"ids": ids, "outcome": "done", **counts,
                                  **({"problems": problems} if problems else {})})])
@@ -148,8 +156,10 @@ def _lost(parts: PipelineParts, scope: Scope, ids: list[str], calls: Any) -> Ext
 
 def apply_operations(parts: PipelineParts, scope: Scope, result: ExtractionResult,
                      shown: Mapping[str, Item], turns: Sequence[Turn],
-                     options: ExtractionOptions) -> tuple[dict[str, int], list[str]]:
-    """Apply each operation in its own savepoint; one that fails is logged and skipped.
+                     options: ExtractionOptions, *, instructions: str = ""
+                     ) -> tuple[dict[str, int], list[str]]:
+    """Check each operation (``guards``) and apply it in its own savepoint; one that
+    fails is logged and skipped.
 
     Returns counts (``added``, ``updated``, ``deleted``, ``noop``, ``rejected``) and a
     line per skipped operation.
@@ -158,7 +168,7 @@ def apply_operations(parts: PipelineParts, scope: Scope, result: ExtractionResul
                                     "rejected": 0})
     problems = [f"unreadable operation {bad}" for bad in result.rejected]
     touched: set[str] = set()
-    turn_ids = [t.id for t in turns]
+    said = Said([(t.id, t.role, t.content) for t in turns], instructions)
     at = turns[-1].ts
     for op in result.operations:
         if op.op == "DELETE" and counts["deleted"] >= options.max_deletes_per_turn:
@@ -167,7 +177,8 @@ def apply_operations(parts: PipelineParts, scope: Scope, result: ExtractionResul
             continue
         try:
             with parts.store.transaction():
-                counts[_apply(parts, scope, op, shown, touched, turn_ids, at)] += 1
+                counts[_apply(parts, scope, op, shown, touched, said, at,
+                              options.guards)] += 1
         except (_Rejected, InvalidInput, NotFound) as exc:
             problems.append(f"{op.op} {op.id or ''}: {exc}".replace("  ", " "))
     counts["rejected"] = len(problems)
@@ -177,41 +188,95 @@ def apply_operations(parts: PipelineParts, scope: Scope, result: ExtractionResul
 
 
 def _apply(parts: PipelineParts, scope: Scope, op: Operation, shown: Mapping[str, Item],
-           touched: set[str], turn_ids: list[str], at: str) -> str:
-    """Apply one operation through the writer; returns the count it adds to."""
+           touched: set[str], said: Said, at: str, guards: GuardOptions) -> str:
+    """Check one operation and apply it through the writer; returns the count it adds
+    to. Raises ``_Rejected`` for an operation that must not be applied."""
     if op.op == "NOOP":
         return "noop"
-    why = op.reason or "extracted from conversation"
     if op.op == "ADD":
-        if not op.content or not op.content.strip():
-            raise _Rejected("no content")
+        checked = _passed(check_fact(op.content, op.reason, said, guards))
+        assert op.content is not None
         parts.writer.remember(scope, op.content, _category(op.category), source="llm_extract",
                               context=op.context or None, entity=entity_or_none(op.entity),
                               sensitive=op.sensitive, due_at=time_or_none(op.due_at, at),
                               valid_from=time_or_none(op.valid_from, at) or at,
-                              metadata={"turn_ids": turn_ids}, reason=why)
+                              metadata={"turn_ids": _provenance(checked, said)},
+                              reason=checked.reason or _DEFAULT_REASON)
         return "added"
-    target = shown.get(op.id or "")
+    target = target_of(op.id, shown)
     if target is None:
         raise _Rejected(f"id {op.id!r} was not among the items shown")
     if target.id in touched:
         raise _Rejected("a second operation on the same item")
-    touched.add(target.id)
     if op.op == "DELETE":
-        parts.writer.invalidate(scope, target.id, reason=why, source="llm_extract",
-                                turn_ids=turn_ids, at=at)
+        checked = _passed(check_delete(target.content, op.reason, said, guards))
+        touched.add(target.id)
+        parts.writer.invalidate(scope, target.id, reason=checked.reason or _DEFAULT_REASON,
+                                source="llm_extract", turn_ids=_provenance(checked, said), at=at)
         return "deleted"
-    if not op.content or not op.content.strip():
-        raise _Rejected("no content")
-    if op.content.strip() == target.content:
+    if op.content is not None and op.content.strip() == target.content:
+        touched.add(target.id)
         return "noop"
+    checked = _passed(check_update(op.content, op.reason, target.content, said, guards))
+    assert op.content is not None
+    touched.add(target.id)
     parts.writer.revise(scope, target.id, op.content,
                         category=op.category if op.category in CATEGORIES else None,
                         context=op.context or None, entity=entity_or_none(op.entity),
                         sensitive=op.sensitive or None, due_at=time_or_none(op.due_at, at),
-                        source="llm_extract", reason=why, turn_ids=turn_ids,
+                        source="llm_extract", reason=checked.reason or _DEFAULT_REASON,
+                        turn_ids=_provenance(checked, said),
                         at=time_or_none(op.valid_from, at) or at)
     return "updated"
+
+
+_DEFAULT_REASON = "extracted from conversation"
+"""The reason recorded when the model gave none worth keeping (``...``, a copy of the
+content)."""
+
+
+def _provenance(checked: Checked, said: Said) -> list[str]:
+    """The turns a change came from: the user turns that ground it, or (grounding off)
+    every turn of the batch."""
+    return list(checked.turn_ids) or [turn_id for turn_id, _, _ in said.turns]
+
+
+def _passed(checked: Checked) -> Checked:
+    if checked.problem is not None:
+        raise _Rejected(checked.problem)
+    return checked
+
+
+_ALIAS = re.compile(r"^(?:(?:id|item|memory|alias|no|number)\b\s*[:#.]?\s*)?#?\s*\[?\s*"
+                    r"(\d{1,4})\s*\]?\s*[.:)]?$", re.IGNORECASE)
+_LINE = re.compile(r"^\[(\d{1,4})\]\s+\S")
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}(?:[ T]\d{2}:\d{2})?$")
+
+
+def target_of(given: str | None, shown: Mapping[str, Item]) -> Item | None:
+    """The shown item an operation's ``id`` names, read leniently where it cannot be
+    misread, else None.
+
+    Accepted: the alias (``1``), the alias dressed up (``[1]``, ``#1``, ``item 1``,
+    ``id: 1``, a copied item line ``[1] (fact; …) …``), the item's recorded time as
+    shown (``2026-11-23 17:30``) when exactly one shown item has it, the item's content
+    when exactly one shown item has it. Anything else (two numbers, a sentence, a
+    date two items share) names no item: the operation is refused.
+    """
+    if not given:
+        return None
+    text = " ".join(given.split())
+    if text in shown:
+        return shown[text]
+    found = _ALIAS.match(text) or _LINE.match(text)
+    if found:
+        return shown.get(found.group(1))
+    if _DATE.match(text):
+        dated = [i for i in shown.values() if i.created_at[:16].replace("T", " ")
+                 .startswith(text.replace("T", " "))]
+        return dated[0] if len(dated) == 1 else None
+    same = [i for i in shown.values() if i.content.casefold() == text.casefold()]
+    return same[0] if len(same) == 1 else None
 
 
 def _category(value: str | None) -> str:

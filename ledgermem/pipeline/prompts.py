@@ -85,7 +85,13 @@ class Operation(BaseModel):
     @field_validator("id", mode="before")
     @classmethod
     def _id_text(cls, value: Any) -> Any:
-        return str(value).strip().strip("[]") if isinstance(value, int | str) else value
+        """Ids as text: ``1`` and ``1.0`` read as ``"1"``; what text means is decided
+        against the items shown (``extraction.target_of``)."""
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return str(int(value))
+        return str(value).strip() if isinstance(value, int | str) else value
 
 
 def _lenient(data: Any, key: str, model: type[BaseModel]) -> Any:

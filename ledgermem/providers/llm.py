@@ -5,6 +5,13 @@ output uses the server's JSON schema mode where it has one, JSON mode otherwise,
 answer is validated with pydantic either way. Timeouts, retries with backoff on 429/5xx
 and a concurrency limit live here, not in the pipeline.
 
+Servers differ (docs/llm-servers.md). ``json_mode="auto"`` asks for a JSON schema and
+settles, once per client, on the first mode the server takes: a refusal is recognised
+by what the body says about ``response_format`` whatever the status (llama-cpp-python
+answers HTTP 500), and it is never retried. Answers are read by ``read_json``: leniently
+where nothing can be misread (code fences, prose around one object), loudly where
+something could (two different objects, a key given two different values).
+
 Every call is reported as an ``LLMCall`` (purpose, model, tokens in/out, latency,
 outcome) to whoever is ``recording`` in the calling thread: the pipeline records them
 in the ledger, so ``stats()`` can say what memory costs.
@@ -14,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -26,9 +34,10 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from ..errors import ConfigError, ProviderError
-from .openai import OpenAIClient
+from .openai import OpenAIClient, Refused
 
-__all__ = ["LLM", "LLMCall", "OpenAICompatibleLLM", "recording", "report"]
+__all__ = ["LLM", "LLMCall", "OpenAICompatibleLLM", "UnclearAnswer", "read_json", "recording",
+           "refuses_format", "report"]
 
 log = logging.getLogger("ledgermem.llm")
 
@@ -98,10 +107,13 @@ class OpenAICompatibleLLM:
         backoff: first retry delay in seconds (doubles each time).
         max_concurrency: requests in flight at once from this client; more callers wait.
         json_mode: ``auto`` asks for a JSON schema and falls back to JSON mode (then to
-            a plain prompt) when the server rejects it; or force one of
-            ``json_schema``, ``json_object``, ``none``.
+            a plain prompt) when the server refuses it, whatever the HTTP status, and
+            keeps the mode that worked for every later call; or force one of
+            ``json_schema``, ``json_object``, ``none`` (a refusal is then an error,
+            raised at once).
         validation_retries: how many times an answer that is not valid JSON for the
-            schema is asked again before ``ProviderError`` (never endlessly).
+            schema is asked again (told what was wrong with it) before
+            ``ProviderError`` (never endlessly).
         temperature: sampling temperature (0 for repeatable extraction).
         transport: an ``httpx`` transport, for tests.
     """
@@ -137,6 +149,10 @@ class OpenAICompatibleLLM:
         self._slots = threading.BoundedSemaphore(max_concurrency)
         self._mode: str = "json_schema" if json_mode == "auto" else json_mode
         self._mode_lock = threading.Lock()
+        self.served_model: str | None = None
+        """The model name the server reported in its last answer (None before one)."""
+        self.refusals: list[str] = []
+        """What the server said each time it refused a structured-output mode."""
 
     @property
     def structured_output(self) -> str:
@@ -169,14 +185,19 @@ class OpenAICompatibleLLM:
     def _complete(self, messages: list[dict[str, str]], schema: type[T], usage: list[int]
                   ) -> T:
         problem = ""
+        asked = messages
         for _ in range(self.validation_retries + 1):
-            content = self._chat(messages, schema, usage)
+            content = self._chat(asked, schema, usage)
             try:
-                return schema.model_validate(json.loads(json_text(content)))
+                return schema.model_validate(read_json(content))
             except (ValueError, ValidationError) as exc:
                 problem = f"{type(exc).__name__}: {str(exc)[:300]}"
                 log.warning("%s answered invalid JSON for %s: %s", self.model,
                             schema.__name__, problem)
+                # The same prompt at temperature 0 gets the same answer: say what was
+                # wrong, so that asking again can change something.
+                asked = [*messages, {"role": "assistant", "content": content[:2000]},
+                         {"role": "user", "content": _again(problem)}]
         raise ProviderError(f"{self.model} gave no valid {schema.__name__} after "
                             f"{self.validation_retries + 1} answers: {problem}")
 
@@ -195,20 +216,36 @@ class OpenAICompatibleLLM:
                 if mode == "json_object":
                     body["response_format"] = {"type": "json_object"}
             try:
-                data = self.client.post("/chat/completions", body)
-            except ProviderError as exc:
-                if self.json_mode == "auto" and mode != "none" and _rejects_format(exc):
-                    self._fall_back(mode, exc)
-                    continue
-                raise
+                data = self.client.post("/chat/completions", body,
+                                        refused=refuses_format if mode != "none" else None)
+            except Refused as exc:
+                if mode == "none" or not refuses_format(exc.status, exc.body):
+                    raise
+                if self.json_mode != "auto":
+                    raise ProviderError(
+                        f"{self.client.base_url} refuses response_format {mode} (HTTP "
+                        f"{exc.status}); use json_mode='auto' or another mode: "
+                        f"{exc.body[:200]}") from exc
+                self._fall_back(mode, exc)
+                continue
+            model = data.get("model") if isinstance(data, dict) else None
+            if isinstance(model, str) and model:
+                self.served_model = model
             return _content(data, usage)
 
-    def _fall_back(self, mode: str, exc: ProviderError) -> None:
+    def _fall_back(self, mode: str, exc: Refused) -> None:
         with self._mode_lock:
+            self.refusals.append(f"{mode}: HTTP {exc.status}: {' '.join(exc.body.split())[:200]}")
             if self._mode == mode:
                 self._mode = "json_object" if mode == "json_schema" else "none"
-                log.info("%s at %s does not take response_format %s (%s); using %s",
-                         self.model, self.client.base_url, mode, str(exc)[:120], self._mode)
+                log.info("%s at %s does not take response_format %s (HTTP %s); using %s "
+                         "from now on", self.model, self.client.base_url, mode, exc.status,
+                         self._mode)
+
+
+def _again(problem: str) -> str:
+    return (f"That answer could not be used ({problem[:300]}). Answer again with one JSON "
+            "object and nothing else, giving each key once.")
 
 
 def with_schema_hint(messages: list[dict[str, str]], schema: type[BaseModel]
@@ -225,17 +262,76 @@ def with_schema_hint(messages: list[dict[str, str]], schema: type[BaseModel]
     return out
 
 
-def json_text(content: str) -> str:
-    """The JSON inside an answer: code fences and chatter around the object removed."""
-    text = content.strip()
-    if text.startswith("```"):
-        text = text.split("\n", 1)[1] if "\n" in text else ""
-        text = text.rsplit("```", 1)[0].strip()
-    if text[:1] not in ("{", "["):
-        start, end = text.find("{"), text.rfind("}")
-        if start != -1 and end > start:
-            text = text[start:end + 1]
-    return text
+class UnclearAnswer(ValueError):
+    """An answer that could be read more than one way (two different JSON objects, a
+    key given two different values): refused rather than guessed at."""
+
+
+def read_json(content: str) -> Any:
+    """The JSON value an answer holds, read leniently where nothing can be misread.
+
+    Accepted: the JSON alone; inside a code fence; with prose before or after it; the
+    same object given twice. A key given twice with the same value is read once; a key
+    given twice with two lists (``{"operations": [...], "operations": []}``) is read as
+    both lists joined, in order: nothing the model wrote is silently lost, and every
+    entry is still validated (and, for extraction, guarded) on its own. Refused with
+    ``UnclearAnswer``: a key given two different values that are not both lists, two
+    different JSON objects in one answer. Raises ``ValueError`` when there is no JSON.
+    """
+    text = content.strip().lstrip("\ufeff")
+    fenced = [block.strip() for block in _FENCE.findall(text)]
+    sources = [b for b in fenced if b[:1] in ("{", "[")] or [text]
+    found: list[Any] = []
+    for source in sources:
+        found.extend(_values(source))
+    if not found:
+        raise ValueError(f"no JSON object in the answer: {text[:120]!r}")
+    first = found[0]
+    if any(other != first for other in found[1:]):
+        raise UnclearAnswer(f"the answer holds {len(found)} different JSON objects")
+    return first
+
+
+_FENCE = re.compile(r"```[a-zA-Z0-9_-]*[ \t]*\n?(.*?)```", re.DOTALL)
+
+
+def _values(text: str) -> list[Any]:
+    """Each JSON object found in ``text`` (outside one another), left to right; a
+    top-level list when ``text`` starts with one."""
+    decoder = json.JSONDecoder(object_pairs_hook=_one_value_per_key)
+    if text.startswith("["):
+        try:
+            value, _ = decoder.raw_decode(text)
+            return [value]
+        except json.JSONDecodeError:
+            pass
+    values: list[Any] = []
+    at = text.find("{")
+    while at != -1:
+        try:
+            value, end = decoder.raw_decode(text, at)
+        except json.JSONDecodeError as exc:
+            if text[at + 1:].lstrip().startswith('"'):  # an object cut short or broken:
+                raise ValueError(f"malformed JSON in the answer: {exc}") from exc  # no guess
+            at = text.find("{", at + 1)
+            continue
+        values.append(value)
+        at = text.find("{", end)
+    return values
+
+
+def _one_value_per_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json``'s object hook: a repeated key is read once when its values agree,
+    joined when they are lists, and refused otherwise."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key not in out or out[key] == value:
+            out[key] = value
+        elif isinstance(out[key], list) and isinstance(value, list):
+            out[key] = [*out[key], *value]
+        else:
+            raise UnclearAnswer(f"key {key!r} is given two different values")
+    return out
 
 
 def _content(data: dict[str, Any], usage: list[int]) -> str:
@@ -249,9 +345,14 @@ def _content(data: dict[str, Any], usage: list[int]) -> str:
     return content if isinstance(content, str) else ""
 
 
-def _rejects_format(exc: ProviderError) -> bool:
-    """Whether the server refused the request because of ``response_format``."""
-    text = str(exc).lower()
-    return (("http 400" in text or "http 422" in text)
-            and any(word in text for word in ("response_format", "json_schema", "json_object",
-                                              "response format")))
+_FORMAT_WORDS = ("response_format", "response format", "json_schema", "json schema",
+                 "json_object", "response_schema", "response_mime_type", "structured output",
+                 "guided_json", "guided decoding")
+
+
+def refuses_format(status: int, body: str) -> bool:
+    """Whether an error answer refuses the structured-output request: its body names
+    ``response_format``, a JSON schema or JSON mode, whatever the status (400, 422, and
+    the 500 llama-cpp-python answers with)."""
+    text = body.lower()
+    return status >= 400 and any(word in text for word in _FORMAT_WORDS)

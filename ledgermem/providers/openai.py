@@ -2,13 +2,17 @@
 LM Studio, Gemini's compatible endpoint).
 
 Retries with exponential backoff on connection errors, timeouts, 429 and 5xx live
-here, not in the pipeline; after the last try a ``ProviderError`` is raised.
+here, not in the pipeline; after the last try a ``ProviderError`` is raised. An error
+that another try cannot change is not retried, whatever its status: a request the
+server reads as invalid (llama-cpp-python answers those with HTTP 500 and a validation
+error), or one the caller recognises (``post(..., refused=…)``), which is raised at once
+as ``Refused`` with its status and body.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
@@ -18,9 +22,34 @@ import numpy.typing as npt
 from ..errors import ConfigError, ProviderError
 from .embedders import BaseEmbedder
 
-__all__ = ["OpenAIClient", "OpenAIEmbedder"]
+__all__ = ["OpenAIClient", "OpenAIEmbedder", "Refused", "invalid_request"]
 
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+
+_INVALID = ("validation error", "literal_error", "input should be", "extra_forbidden",
+            "missing required parameter")
+"""What a body says when the server validated the request and refused it (pydantic's
+and FastAPI's words): the same request gets the same answer, so it is not retried."""
+
+
+class Refused(ProviderError):
+    """The server refused a request in a way another try cannot change.
+
+    Attributes:
+        status: the HTTP status it answered with (a 500 as well as a 400).
+        body: the body it answered with.
+    """
+
+    def __init__(self, message: str, status: int, body: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+
+
+def invalid_request(status: int, body: str) -> bool:
+    """Whether an error answer says the request itself is invalid (whatever the status)."""
+    text = body.lower()
+    return status >= 400 and any(word in text for word in _INVALID)
 
 
 class OpenAIClient:
@@ -54,8 +83,13 @@ class OpenAIClient:
         self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout,
                                   transport=transport)
 
-    def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        """POST JSON and return the JSON answer, retrying transient failures."""
+    def post(self, path: str, body: dict[str, Any], *,
+             refused: Callable[[int, str], bool] | None = None) -> dict[str, Any]:
+        """POST JSON and return the JSON answer, retrying transient failures.
+
+        ``refused(status, body)`` says which error answers are final for this request
+        (besides an invalid request, always final): those raise ``Refused`` at once.
+        """
         last = ""
         for attempt in range(self.retries + 1):
             if attempt:
@@ -65,6 +99,11 @@ class OpenAIClient:
             except httpx.HTTPError as exc:
                 last = f"{type(exc).__name__}: {exc}"
                 continue
+            status, text = response.status_code, response.text
+            if status >= 400 and ((refused is not None and refused(status, text))
+                                  or invalid_request(status, text)):
+                raise Refused(f"{self.base_url}{path} refused the request with HTTP "
+                              f"{status}: {text[:300]}", status, text)
             if response.status_code in RETRY_STATUS:
                 last = f"HTTP {response.status_code}: {response.text[:200]}"
                 continue

@@ -25,7 +25,8 @@ def test_add_keeps_every_field_and_links_the_turns(mem: Memory, alice: UserMemor
         add("Dentist appointment on Friday at 10:00", category="reminder",
             due_at="2026-06-05T10:00:00+00:00", entity="person:dr_silva"),
         add("Takes insulin every morning", category="fact", sensitive=True)))
-    ids = said(alice, MOVE, "Congratulations on the move!")
+    ids = said(alice, MOVE + ". I see my dentist Dr Silva on Friday at 10:00, and I take "
+               "insulin every morning", "Congratulations on the move!")
     mem.flush()
     items = {i.content: i for i in alice.all_knowledge()["items"]}
     assert set(items) == {"Lives in Lisbon", "Dentist appointment on Friday at 10:00",
@@ -33,14 +34,14 @@ def test_add_keeps_every_field_and_links_the_turns(mem: Memory, alice: UserMemor
     home = items["Lives in Lisbon"]
     assert (home.category, home.entity, home.context, home.source, home.confidence) == (
         "fact", "place:lisbon", "personal", "llm_extract", 0.4)
-    assert home.metadata["turn_ids"] == ids
+    assert home.metadata["turn_ids"] == ids[:1]  # the user's turn grounds it, not the reply
     assert home.valid_from == clock.iso()
     dentist = items["Dentist appointment on Friday at 10:00"]
     assert (dentist.category, dentist.due_at) == ("reminder", "2026-06-05T10:00:00.000000+00:00")
     assert items["Takes insulin every morning"].sensitive is True
     [added] = [e for e in alice.history(home.id) if e.kind == "memory.added"]
     assert added.payload["reason"] == "user said so"
-    assert added.payload["item"]["metadata"]["turn_ids"] == ids
+    assert added.payload["item"]["metadata"]["turn_ids"] == ids[:1]
     assert alice.status()["extraction"] == {"pending": 0, "done": 2, "skipped": 0, "failed": 0}
 
 
@@ -227,7 +228,7 @@ def test_as_of_answers_what_was_known_and_true_then(
     t1 = clock.iso()
     clock.advance(days=10)
     server.reply(ops({"op": "UPDATE", "id": "1", "content": "Works at a design studio "
-                      "in Lisbon"}))
+                      "in Lisbon", "reason": "moved for a new job"}))
     said(alice, MOVE)
     mem.flush()
     [new] = alice.all_knowledge()["items"]
