@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -138,6 +138,11 @@ class LLMSettings:
     """The model name the server knows."""
     api_key: StrictStr | None = field(default=None, repr=False)
     """Only from ``LEDGERMEM_LLM_API_KEY``, never from the file."""
+    json_mode: Literal["auto", "json_schema", "json_object", "none"] = "auto"
+    """How answers are asked to be JSON: ``auto`` finds what the server accepts (see
+    ``ledgermem doctor``); force one for a server that misreports."""
+    timeout_s: Annotated[float, Field(gt=0, strict=True)] = 60.0
+    """Seconds one LLM request may take (slow local models need more)."""
 
     @property
     def configured(self) -> bool:
@@ -243,7 +248,8 @@ def build_llm(llm: LLMSettings) -> OpenAICompatibleLLM | None:
     from .providers.llm import OpenAICompatibleLLM
 
     assert llm.model is not None and llm.base_url is not None
-    return OpenAICompatibleLLM(llm.model, llm.base_url, api_key=llm.api_key or None)
+    return OpenAICompatibleLLM(llm.model, llm.base_url, api_key=llm.api_key or None,
+                               json_mode=llm.json_mode, timeout=llm.timeout_s)
 
 
 def memory_options(settings: Settings) -> dict[str, Any]:

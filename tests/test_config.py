@@ -163,7 +163,7 @@ def test_the_naming_rule_covers_every_key() -> None:
     blocks = {"memory": MemorySettings, "sessions": SessionsSettings}
     keys = {(b, f.name) for b, cls in blocks.items() for f in dataclasses.fields(cls)}
     assert keys <= set(names.values())
-    assert len(names) == 6 + 2 + 1 + 1 + 3 + 1
+    assert len(names) == 6 + 2 + 1 + 1 + 5 + 1
 
 
 @pytest.mark.parametrize(("name", "value", "kind"), [
@@ -269,6 +269,14 @@ def test_memory_options_build_an_llm_only_when_configured(tmp_path: Path) -> Non
     assert isinstance(llm, OpenAICompatibleLLM) and llm.model == "qwen2.5:7b"
     assert options["extraction_instructions"] == "Keep only pets."
     assert set(options) == {"llm", "extraction_instructions", "search"}
+    assert llm.json_mode == "auto"
+    forced = load_settings(write(tmp_path, FULL), {"LEDGERMEM_LLM_JSON_MODE": "json_object",
+                                                   "LEDGERMEM_LLM_TIMEOUT_S": "180"})
+    slow = build_llm(forced.llm)
+    assert slow is not None and slow.json_mode == "json_object"
+    assert slow.client._http.timeout.read == 180.0
+    with pytest.raises(ConfigError, match="json_mode"):
+        load_settings(None, {"LEDGERMEM_LLM_JSON_MODE": "xml"})
 
 
 def test_memory_options_open_a_memory(tmp_path: Path) -> None:
