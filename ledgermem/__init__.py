@@ -26,7 +26,19 @@ from .retrieval.salience import SalienceWeights
 from .retrieval.when import TimeWindow, find_time_window
 from .store.base import Store
 from .store.sqlite import SQLiteStore
-from .types import CATEGORIES, SOURCES, Event, Hit, Item, ItemQuery, Scope, ToolCall, Turn
+from .types import (
+    CATEGORIES,
+    SOURCES,
+    Event,
+    Finding,
+    Hit,
+    Item,
+    ItemQuery,
+    Proposal,
+    Scope,
+    ToolCall,
+    Turn,
+)
 from .validation import Limits
 from .views import MemoryIndex, ViewConfig
 
@@ -44,6 +56,7 @@ __all__ = [
     "DateOrder",
     "Event",
     "ExtractionOptions",
+    "Finding",
     "Hit",
     "HybridEventIndex",
     "InvalidInput",
@@ -57,6 +70,7 @@ __all__ = [
     "MemoryIndex",
     "NotFound",
     "OpenAICompatibleLLM",
+    "Proposal",
     "ProviderError",
     "Reranker",
     "SQLiteStore",

@@ -313,6 +313,14 @@ class AsyncUserMemory(_Offloading[UserMemory]):
     reflection_due = _InThread(UserMemory.reflection_due)
     reflect = _InThread(UserMemory.reflect)
     beliefs = _InThread(UserMemory.beliefs)
+    # the review queue
+    propose = _InThread(UserMemory.propose)
+    proposals = _InThread(UserMemory.proposals)
+    proposal = _InThread(UserMemory.proposal)
+    approve = _InThread(UserMemory.approve)
+    edit_and_approve = _InThread(UserMemory.edit_and_approve)
+    reject = _InThread(UserMemory.reject)
+    reset_discovery = _InThread(UserMemory.reset_discovery)
 
 
 def _check_threads(threads: int) -> int:

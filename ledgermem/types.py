@@ -7,13 +7,17 @@ from typing import Any, Literal
 
 __all__ = [
     "CATEGORIES",
+    "DECISIONS",
     "MAX_CONTENT",
+    "PROPOSAL_STATUSES",
     "SOURCES",
     "START_CONFIDENCE",
     "Event",
+    "Finding",
     "Hit",
     "Item",
     "ItemQuery",
+    "Proposal",
     "Scope",
     "ToolCall",
     "Turn",
@@ -188,3 +192,72 @@ class ItemQuery:
     content: str | None = None
     valid_from_min: str | None = None
     valid_from_max: str | None = None
+
+
+DECISIONS = ("approved", "edited", "rejected")
+"""What a person can decide about a proposal: store it as proposed, store it with
+changes, or drop it."""
+
+PROPOSAL_STATUSES = ("pending", *DECISIONS)
+"""Where a proposal stands: waiting for a person, or decided."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Something a proposer (the system-discovery bootstrap, an agent's
+    self-improvement loop, a reflection, an import) suggests remembering about the user.
+
+    A finding is never stored as knowledge on its own: ``UserMemory.propose`` puts it in
+    the review queue, and only a person's approval makes an item of it.
+
+    Attributes:
+        content: the text to remember if approved.
+        category: the item's category (``fact``, ``preference``, ``skill``…).
+        context: the item's context; None: the handle's.
+        entity: ``type:name`` the finding is about, if any.
+        sensitive: whether the item stays out of prompts (kept on approval).
+        confidence: the item's starting confidence (discovery: 0.4).
+        source: the item's source (``discovery`` for the bootstrap's scanners).
+        why: where it was found, shown to the reviewer (blanked on rejection).
+        key: what the finding is about, stable from one scan to the next (e.g.
+            ``git:repo:github.com/acme/widgets``): a finding whose key is already
+            pending or approved is not proposed twice.
+    """
+
+    content: str
+    category: str = "fact"
+    context: str | None = None
+    entity: str | None = None
+    sensitive: bool = False
+    confidence: float = 0.4
+    source: str = "discovery"
+    why: str = ""
+    key: str | None = None
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A finding in the review queue, as the ledger's ``proposal.*`` events say it
+    stands (JSON-friendly: ``dataclasses.asdict`` gives a plain object).
+
+    ``status`` is ``pending``, ``approved``, ``edited`` (approved with ``changes``) or
+    ``rejected``; an approved or edited proposal names the item it made (``item_id``).
+    A rejected one keeps no text: its content, entity and why are blanked in the ledger.
+    """
+
+    id: str
+    content: str
+    category: str
+    context: str
+    source: str
+    confidence: float
+    proposer: str
+    proposed_at: str
+    status: Literal["pending", "approved", "edited", "rejected"] = "pending"
+    entity: str | None = None
+    sensitive: bool = False
+    why: str = ""
+    key: str | None = None
+    decided_at: str | None = None
+    item_id: str | None = None
+    changes: dict[str, Any] = field(default_factory=dict)

@@ -1,8 +1,9 @@
 """``UserMemory``, the per-user handle: conversations, tool calls, observability and
 housekeeping, on top of the knowledge methods it inherits.
 
-``UserMemory`` → ``UserKnowledge`` (``knowledge.py``: remember, update, revise, forget,
-get, search, search_all…) → ``UserHandle`` (``handle.py``: scope and plumbing).
+``UserMemory`` → ``UserReview`` (``review.py``: the review queue, propose, approve,
+reject) → ``UserKnowledge`` (``knowledge.py``: remember, update, revise, forget, get,
+search, search_all…) → ``UserHandle`` (``handle.py``: scope and plumbing).
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from .clock import iso, new_id
 from .domain.events import ItemsScaled, Kind, Pruned
 from .errors import InvalidInput
 from .handle import TimeMode
-from .knowledge import UserKnowledge
 from .ledger_views import UserLedger
 from .pipeline.maintenance import maintain_user
+from .review import UserReview
 from .store.base import TurnQuery
 from .types import Hit, ToolCall, Turn
 from .validation import (
@@ -42,12 +43,13 @@ from .validation import (
 __all__ = ["UserMemory"]
 
 
-class UserMemory(UserKnowledge, UserLedger):
+class UserMemory(UserReview, UserLedger):
     """Everything one user's memory can do. Every call is confined to ``scope.user_id``.
 
     Knowledge (``remember``, ``search``, ``revise``, ``forget``…) is inherited from
-    ``UserKnowledge``; conversations, tool calls, observability and housekeeping are
-    defined here.
+    ``UserKnowledge``, the review queue (``propose``, ``proposals``, ``approve``,
+    ``reject``…) from ``UserReview``; conversations, tool calls, observability and
+    housekeeping are defined here.
     """
 
     # conversations ----------------------------------------------------------------

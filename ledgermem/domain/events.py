@@ -21,12 +21,15 @@ __all__ = [
     "CONTENT_KINDS",
     "FORGOTTEN",
     "MEMORY_KINDS",
+    "PROPOSAL_KINDS",
     "ItemAdded",
     "ItemChanged",
     "ItemsScaled",
     "ItemsTouched",
     "Kind",
     "Payload",
+    "ProposalDecided",
+    "ProposalMade",
     "Pruned",
     "new_event",
 ]
@@ -54,6 +57,8 @@ class Kind(StrEnum):
     TURNS_EXTRACTED = "turns.extracted"
     LLM_CALLED = "llm.called"
     TOOL_CALLED = "tool.called"
+    PROPOSAL_MADE = "proposal.made"
+    PROPOSAL_DECIDED = "proposal.decided"
 
     @classmethod
     def turn(cls, role: str) -> Kind:
@@ -81,6 +86,10 @@ CONTENT_KINDS = frozenset({Kind.MEMORY_ADDED, Kind.MEMORY_DELETED, Kind.MEMORY_P
                            Kind.TURN_TOOL})
 """Kinds that add, remove or rewrite searchable text (plus ``ItemChanged`` events whose
 changes hold ``content``): only these can change keyword statistics."""
+
+PROPOSAL_KINDS: tuple[str, ...] = (Kind.PROPOSAL_MADE, Kind.PROPOSAL_DECIDED)
+"""The review queue's kinds: read from the ledger alone (``review.py``), they change no
+view, so nothing proposed is searched or shown before a person approves it."""
 
 _ITEM_FIELDS = frozenset(f.name for f in fields(Item))
 
@@ -186,6 +195,46 @@ class Pruned(Payload):
     def to_payload(self) -> dict[str, Any]:
         return {"items": list(self.items), "turns": list(self.turns),
                 "tools": list(self.tools)}
+
+
+@dataclass(frozen=True)
+class ProposalMade(Payload):
+    """``proposal.made``: a finding put in the review queue (the event's subject is the
+    proposal's id). What the reviewer sees beyond the item's fields, ``why`` and
+    ``key``, is kept under ``metadata``, so that a rejection (``Store.redact`` of the
+    proposal) blanks it along with ``content`` and ``entity``."""
+
+    content: str
+    category: str
+    context: str
+    source: str
+    confidence: float
+    proposer: str
+    sensitive: bool = False
+    entity: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_payload(self) -> dict[str, Any]:
+        payload = super().to_payload()
+        payload["metadata"] = dict(self.metadata)
+        return payload
+
+
+@dataclass(frozen=True)
+class ProposalDecided(Payload):
+    """``proposal.decided``: a person approved (``approved``), approved with
+    ``changes`` (``edited``) or rejected (``rejected``) a proposal, the event's
+    subject. An approval names the item it made (``item_id``)."""
+
+    decision: str
+    item_id: str | None = None
+    changes: Mapping[str, Any] = field(default_factory=dict)
+    reason: str | None = None
+
+    def to_payload(self) -> dict[str, Any]:
+        payload = super().to_payload()
+        payload["changes"] = dict(self.changes)
+        return payload
 
 
 def new_event(scope: Scope, ts: str, kind: Kind | str, payload: Payload | dict[str, Any], *,

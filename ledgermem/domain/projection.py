@@ -6,7 +6,9 @@ user) and the new values. The SQL stores render these as statements inside the
 transaction that appends the event (``store/sql.py``); ``replay`` applies the
 knowledge changes to items in memory for ``as_of``. ``rebuild`` is the stores'
 projection of the whole ledger again, and ``verify`` the same into a scratch store.
-Kinds the projection does not know only live in the ledger.
+Kinds the projection does not know only live in the ledger, and so do the review
+queue's (``proposal.*``): a proposal is no item until a person approves it, and the
+approval writes the item through the usual ``memory.added``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..types import Event, Item
-from .events import CHANGE_KINDS, CONTENT_KINDS, ItemAdded, ItemChanged, Kind
+from .events import CHANGE_KINDS, CONTENT_KINDS, PROPOSAL_KINDS, ItemAdded, ItemChanged, Kind
 
 __all__ = ["Add", "Change", "Delete", "Insert", "Scale", "Update", "changes_text",
            "project", "replay"]
@@ -76,6 +78,8 @@ def project(event: Event) -> list[Change]:
     """The row changes ``event`` makes to the views (none for kinds only the ledger
     keeps)."""
     kind, data = event.kind, event.payload
+    if kind in PROPOSAL_KINDS:
+        return []  # the review queue is read from the ledger (review.py), never a view
     if kind == Kind.MEMORY_ADDED:
         return [Insert("knowledge", dataclasses.asdict(ItemAdded.parse(data)))]
     if kind in CHANGE_KINDS:

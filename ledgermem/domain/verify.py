@@ -18,6 +18,9 @@ being verified did when the event was written and as ``rebuild`` does. Then, per
 - llm_calls: ``llm_usage``, by ``purpose/model``, the sums;
 - comparisons: ``compared_pairs``, by pair (``a~b``).
 
+Kinds that change no view (the review queue's ``proposal.*``, agents' own kinds) are
+checked as events (id, seq, user, kind, visibility, ts) and projected to nothing.
+
 It costs about what ``rebuild`` does: the projection into SQL dominates (19,000
 events, 5,000 items and 9,500 turns take 10 s on a small machine).
 
