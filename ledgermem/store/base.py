@@ -3,7 +3,8 @@
 ``Store`` is the sum of small role protocols, so a part of the library can say which
 role it needs: ``Ledger`` (the events, the truth), ``ItemReader`` and ``TurnReader``
 (the views), ``TextIndex`` and ``EmbeddingIndex`` (search), ``JobQueue`` (work for the
-background workers) and ``Admin`` (settings, statistics, lifecycle).
+background workers), ``KeyStore`` (the server's API keys, hashed) and ``Admin``
+(settings, statistics, lifecycle).
 
 The ledger (``events``) is the truth. ``append`` writes events and, in the same
 transaction, applies each one to the views (knowledge, conversations, tool history);
@@ -42,9 +43,11 @@ __all__ = [
     "EmbeddingIndex",
     "ItemReader",
     "JobQueue",
+    "KeyStore",
     "Ledger",
     "RowScope",
     "Store",
+    "StoredKey",
     "TextIndex",
     "TurnQuery",
     "TurnReader",
@@ -71,6 +74,24 @@ class TurnQuery:
     time_to: str | None = None
     role: str | None = None
     ids: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class StoredKey:
+    """An API key as the store keeps it: never the key itself, only its hash.
+
+    ``user_id`` is None only for an admin key; ``agent_id`` binds a user's key to one
+    agent. ``secret_hash`` is the hex SHA-256 of the key's secret part.
+    """
+
+    key_id: str
+    user_id: str | None
+    agent_id: str | None
+    label: str
+    admin: bool
+    secret_hash: str
+    created_at: str
+    revoked_at: str | None = None
 
 
 # whose rows a method touches ----------------------------------------------------------
@@ -364,6 +385,32 @@ class JobQueue(Protocol):
 
 
 @runtime_checkable
+class KeyStore(Protocol):
+    """The REST server's API keys, stored hashed, so that every server process on one
+    database accepts the same keys. Keys are looked up before any user is known, so
+    these methods touch no user's rows (``unscoped``): the table is not a view of the
+    ledger, and neither ``rebuild`` nor ``delete_user`` touches it."""
+
+    @unscoped
+    def add_api_key(self, key: StoredKey) -> None:
+        """Store a new key (its id must be new)."""
+
+    @unscoped
+    def api_key(self, key_id: str) -> StoredKey | None:
+        """The key with this id, revoked or not, or None."""
+
+    @unscoped
+    def api_keys(self, user_id: str | None = None, *, admin: bool | None = None
+                 ) -> list[StoredKey]:
+        """Keys by creation time (then id), revoked ones included: of one user when ``user_id``
+        is given, and only admin (or only user) keys when ``admin`` is True (False)."""
+
+    @unscoped
+    def revoke_api_key(self, key_id: str, at: str) -> bool:
+        """Mark a key revoked at ``at``; False when no such key is live."""
+
+
+@runtime_checkable
 class Admin(Protocol):
     """Where the store lives, its settings, statistics, and its lifecycle."""
 
@@ -404,13 +451,13 @@ class Admin(Protocol):
 
 
 @runtime_checkable
-class Store(Ledger, ItemReader, TurnReader, TextIndex, EmbeddingIndex, JobQueue, Admin,
-            Protocol):
+class Store(Ledger, ItemReader, TurnReader, TextIndex, EmbeddingIndex, JobQueue, KeyStore,
+            Admin, Protocol):
     """A storage backend: every role. Code that needs only some roles may ask for those."""
 
 
 ROLES: tuple[type[Any], ...] = (Ledger, ItemReader, TurnReader, TextIndex, EmbeddingIndex,
-                                JobQueue, Admin)
+                                JobQueue, KeyStore, Admin)
 """The role protocols ``Store`` is made of; each method belongs to exactly one."""
 
 

@@ -227,11 +227,28 @@ def m0006_add_lookup_indexes() -> tuple[Step, ...]:
     )
 
 
+def m0007_add_api_keys() -> tuple[Step, ...]:
+    """The REST server's API keys: the hash of each key's secret, never the key."""
+    return (
+        """CREATE TABLE api_keys (
+            key_id TEXT PRIMARY KEY,
+            user_id TEXT,
+            agent_id TEXT,
+            label TEXT NOT NULL DEFAULT '',
+            admin INTEGER NOT NULL DEFAULT 0,
+            secret_hash TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            revoked_at TEXT
+        )""",
+        "CREATE INDEX api_keys_user ON api_keys (user_id)",
+    )
+
+
 SQLITE_MIGRATIONS: tuple[Migration, ...] = tuple(
     Migration(number, fn.__name__.split("_", 1)[1], fn())
     for number, fn in enumerate(
         (m0001_initial, m0002_add_fts, m0003_add_embedding_staging, m0004_add_turn_context,
-         m0005_add_pipeline, m0006_add_lookup_indexes),
+         m0005_add_pipeline, m0006_add_lookup_indexes, m0007_add_api_keys),
         start=1)
 )
 

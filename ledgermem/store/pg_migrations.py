@@ -316,6 +316,25 @@ def m0008_inline_vectors() -> tuple[Step, ...]:
     return (*_inline_vectors("knowledge"), *_inline_vectors("conversations"))
 
 
+def m0009_add_api_keys() -> tuple[Step, ...]:
+    """The REST server's API keys (see SQLite's m0007). No row-level security: a key is
+    looked up by its id before any user is known, and the table holds no memory."""
+    t = _TEXT
+    return (
+        f"""CREATE TABLE api_keys (
+            key_id {t} PRIMARY KEY,
+            user_id {t},
+            agent_id {t},
+            label TEXT NOT NULL DEFAULT '',
+            admin BOOLEAN NOT NULL DEFAULT FALSE,
+            secret_hash {t} NOT NULL,
+            created_at {t} NOT NULL,
+            revoked_at {t}
+        )""",
+        "CREATE INDEX api_keys_user ON api_keys (user_id)",
+    )
+
+
 def hnsw_index_sql(table: str, dims: int) -> str:
     """An HNSW cosine index over the vectors of one dimension (a column of type
     ``vector`` without a dimension cannot be indexed directly)."""
@@ -329,6 +348,6 @@ PG_MIGRATIONS: tuple[Migration, ...] = tuple(
     for number, fn in enumerate(
         (m0001_initial, m0002_add_fts, m0003_add_embedding_staging, m0004_row_level_security,
          m0005_add_pipeline, m0006_add_lookup_indexes, m0007_add_term_index,
-         m0008_inline_vectors),
+         m0008_inline_vectors, m0009_add_api_keys),
         start=1)
 )

@@ -95,7 +95,8 @@ WITH hits AS MATERIALIZED (
     SELECT p.lexeme, p.pk, p.freq, p.doc_len, count(*) OVER (PARTITION BY p.lexeme) AS df
     FROM {table}_terms AS p WHERE p.user_id = ? AND p.lexeme = ANY({lexemes})
 ), scored AS MATERIALIZED (
-    SELECT pk, sum(greatest(ln((?::float8 - df + 0.5) / (df + 0.5)), 1e-6) * freq * 2.2
+    SELECT pk, sum(greatest(ln((greatest(?::float8, df) - df + 0.5) / (df + 0.5)), 1e-6)
+                   * freq * 2.2
                    / (freq + 1.2 * (0.25 + 0.75 * doc_len / ?::float8))) AS score
     FROM hits GROUP BY pk {having}
 )
@@ -109,6 +110,9 @@ its number of postings for the user, a row's score the sum over its postings, wi
 term frequency (weight-B positions, a turn's neighbours' text, counting 0.4) and row
 length (``doc_len``, tokens) stored in each posting. AND keeps the rows holding every
 lexeme. The filters are checked on the rows in score order, until ``limit`` pass.
+The row count is cached (``CORPUS_TTL_S``) and another process's writes do not drop
+it, so a term may be in more rows than it says: the count is taken as at least the
+term's, and the idf then floors at 1e-6 as for a term in every row.
 Each row's terms are summed in lexeme order (the order the window leaves the postings
 in), so rows with the same terms and length score the same to the last bit and ``pk``
 breaks the tie, as before this shape.

@@ -19,7 +19,7 @@ import numpy as np
 from ..domain.projection import Add, Delete, Insert, Scale, project
 from ..errors import SchemaMismatch
 from ..types import Event, Item, ItemQuery, ToolCall, Turn
-from .base import MatchMode, Table, TurnQuery, Vector, iter_chunks
+from .base import MatchMode, StoredKey, Table, TurnQuery, Vector, iter_chunks
 
 Run = Callable[[str, Sequence[Any]], list[tuple[Any, ...]]]
 """Executes one statement inside a write transaction and returns its rows."""
@@ -40,6 +40,10 @@ TOOL_COLUMNS = (
 EVENT_COLUMNS = (
     "id", "ts", "user_id", "agent_id", "session_id", "kind", "subject_id", "payload",
     "visibility",
+)
+KEY_COLUMNS = (
+    "key_id", "user_id", "agent_id", "label", "admin", "secret_hash", "created_at",
+    "revoked_at",
 )
 SORTABLE = frozenset(
     {"created_at", "updated_at", "confidence", "last_used_at", "use_count", "category", "due_at"}
@@ -124,6 +128,12 @@ def tool_from_row(row: Sequence[Any]) -> ToolCall:
     values["arguments"] = json.loads(values["arguments"] or "{}")
     values["success"] = bool(values["success"])
     return ToolCall(**values)
+
+
+def key_from_row(row: Sequence[Any]) -> StoredKey:
+    key_id, user_id, agent_id, label, admin, secret_hash, created_at, revoked_at = row
+    return StoredKey(key_id, user_id, agent_id, label, bool(admin), secret_hash, created_at,
+                     revoked_at)
 
 
 def event_from_row(row: Sequence[Any]) -> Event:
@@ -744,6 +754,37 @@ class SQLStore(ABC):
         """SQL (and its parameters) giving each row of ``table`` that an UPDATE embeds
         a new, increasing embedding sequence number."""
         raise NotImplementedError
+
+    # API keys ---------------------------------------------------------------------
+    def add_api_key(self, key: StoredKey) -> None:
+        with self._writing() as run:
+            run(f"INSERT INTO api_keys ({', '.join(KEY_COLUMNS)}) VALUES ({_marks(8)})",
+                [key.key_id, key.user_id, key.agent_id, key.label, key.admin,
+                 key.secret_hash, key.created_at, key.revoked_at])
+
+    def api_key(self, key_id: str) -> StoredKey | None:
+        rows = self._read(f"SELECT {', '.join(KEY_COLUMNS)} FROM api_keys WHERE key_id = ?",
+                          [key_id])
+        return key_from_row(rows[0]) if rows else None
+
+    def api_keys(self, user_id: str | None = None, *, admin: bool | None = None
+                 ) -> list[StoredKey]:
+        where: list[str] = ["1 = 1"]
+        params: list[Any] = []
+        if user_id is not None:
+            where.append("user_id = ?")
+            params.append(user_id)
+        if admin is not None:
+            where.append("admin = ?")
+            params.append(admin)
+        rows = self._read(f"SELECT {', '.join(KEY_COLUMNS)} FROM api_keys WHERE "
+                          f"{' AND '.join(where)} ORDER BY created_at, key_id", params)
+        return [key_from_row(row) for row in rows]
+
+    def revoke_api_key(self, key_id: str, at: str) -> bool:
+        with self._writing() as run:
+            return bool(run("UPDATE api_keys SET revoked_at = ? WHERE key_id = ? AND "
+                            "revoked_at IS NULL RETURNING 1", [at, key_id]))
 
     def get_meta(self, key: str) -> str | None:
         rows = self._read("SELECT value FROM meta WHERE key = ?", [key])

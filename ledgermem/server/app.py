@@ -1,0 +1,151 @@
+"""The REST application: ``create_app(memory, keys)`` builds it over an ``AsyncMemory``.
+
+Every route under ``/v1`` needs an API key (``deps``) and acts for one user; errors
+answer one JSON shape (``errors``); ``/healthz`` needs no key, ``/metrics`` needs the
+admin key unless ``ServerSettings.public_metrics``. ``GET /`` serves the dashboard's
+files when they are installed (``ledgermem/server/dashboard/``), else it sends a
+browser to the API's documentation (``/docs``).
+
+The application holds no state of its own between requests besides rate-limit buckets
+and metrics: keys and memory live in the database, so any number of processes can
+serve one PostgreSQL database (``ledgermem serve --workers N``, or several hosts).
+
+Example:
+    >>> memory = AsyncMemory.from_sync(Memory.open("memory.db"))   # doctest: +SKIP
+    >>> app = create_app(memory, KeyRing(memory.store))             # doctest: +SKIP
+    >>> uvicorn.run(app)                                            # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+from fastapi import Depends, FastAPI
+from fastapi.responses import RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from ..aio import AsyncMemory
+from .deps import ServerState, Shared, admin
+from .errors import ERROR_RESPONSES, BodyLimit, install_error_handlers
+from .keys import KeyRing
+from .metrics import CONTENT_TYPE, MetricsMiddleware, ServerMetrics
+from .models import HealthOut
+from .ratelimit import RateLimit, RateLimiter
+from .routes import admin as admin_routes
+from .routes import (
+    conversations,
+    dashboard,
+    events,
+    export,
+    knowledge,
+    maintenance,
+    review,
+    stats,
+    tools,
+)
+from .routes import keys as key_routes
+
+__all__ = ["DASHBOARD_DIR", "ServerSettings", "create_app"]
+
+DASHBOARD_DIR = Path(__file__).parent / "dashboard"
+"""Where the dashboard's static files live (served at ``/`` when present)."""
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """How the server behaves, apart from the memory it serves.
+
+    Attributes:
+        rate_limit: requests per key (``RateLimit``: rate per second and burst), per
+            process; None turns limiting off.
+        public_metrics: serve ``/metrics`` without a key (for a scraper on a trusted
+            network); by default it needs the admin key.
+        dashboard_dir: the dashboard's files, served at ``/`` when the folder has an
+            ``index.html``.
+        max_body_bytes: the largest request body read; a larger one answers 413.
+    """
+
+    rate_limit: RateLimit | None = field(default_factory=RateLimit)
+    public_metrics: bool = False
+    dashboard_dir: Path = DASHBOARD_DIR
+    max_body_bytes: int = 16 * 1024 * 1024
+
+
+def _version() -> str:
+    try:
+        return version("ledgermem")
+    except PackageNotFoundError:  # pragma: no cover - a source tree not installed
+        return "0"
+
+
+def create_app(memory: AsyncMemory, keys: KeyRing, *, settings: ServerSettings | None = None,
+               metrics: ServerMetrics | None = None) -> FastAPI:
+    """The REST application over ``memory``, accepting the keys of ``keys``.
+
+    Args:
+        memory: the memory served (closing it is the caller's business).
+        keys: the API keys (``KeyRing(memory.store)``, usually).
+        settings: rate limits, metrics access and the dashboard (defaults when None).
+        metrics: the metrics to count into (a new registry when None); pass the one
+            an LLM was wrapped with (``CountingLLM``) to count its calls.
+    """
+    settings = settings or ServerSettings()
+    metrics = metrics or ServerMetrics()
+    metrics.watch(memory)
+    app = FastAPI(
+        title="ledgermem", version=_version(),
+        summary="Long-term memory for LLM agents: REST API.",
+        description="Every `/v1` route needs an API key (`Authorization: Bearer <key>` or "
+                    "`X-API-Key`). A user key acts for its user; the admin key acts for the "
+                    "user named in `X-Ledgermem-User`. Errors: `{\"error\": {\"code\", "
+                    "\"message\"}}`.")
+    app.state.ledgermem = ServerState(
+        memory=memory, keys=keys, metrics=metrics, public_metrics=settings.public_metrics,
+        limiter=None if settings.rate_limit is None else RateLimiter(settings.rate_limit))
+    install_error_handlers(app)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    for module in (knowledge, conversations, tools, events, review, stats, maintenance,
+                   export, key_routes, admin_routes, dashboard):
+        app.include_router(module.router)
+    _add_health_and_metrics(app, settings)
+    _add_dashboard(app, settings.dashboard_dir)
+    return app
+
+
+def _add_health_and_metrics(app: FastAPI, settings: ServerSettings) -> None:
+    @app.get("/healthz", tags=["server"], summary="Health",
+             responses={503: ERROR_RESPONSES[503]})
+    async def healthz(shared: Shared) -> HealthOut:
+        """The server answers and its database does (no key needed)."""
+        await anyio.to_thread.run_sync(shared.memory.store.get_meta, "embedding_model")
+        return HealthOut(status="ok", version=app.version)
+
+    text: dict[int | str, dict[str, Any]] = {
+        200: {"description": "Prometheus text format.",
+              "content": {"text/plain": {"schema": {"type": "string"}}}}}
+    guard = [] if settings.public_metrics else [Depends(admin)]
+    errors: dict[int | str, dict[str, Any]] = {} if settings.public_metrics else {
+        code: ERROR_RESPONSES[code] for code in (401, 403, 429)}
+
+    @app.get("/metrics", tags=["server"], summary="Metrics", response_class=Response,
+             dependencies=guard, responses={**text, **errors})
+    async def metrics(shared: Shared) -> Response:
+        """This process's requests, latencies, searches and LLM calls, and the
+        database's queues, in Prometheus text format."""
+        body = await anyio.to_thread.run_sync(shared.metrics.render)
+        return Response(body, media_type=CONTENT_TYPE)
+
+
+def _add_dashboard(app: FastAPI, folder: Path) -> None:
+    if (folder / "index.html").is_file():
+        app.mount("/", StaticFiles(directory=folder, html=True), name="dashboard")
+        return
+
+    @app.get("/", include_in_schema=False)
+    async def home() -> RedirectResponse:
+        return RedirectResponse("/docs")
