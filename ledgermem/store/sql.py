@@ -382,9 +382,14 @@ class SQLStore(ABC):
             for seq, payload in rows:
                 run("UPDATE events SET payload = ? WHERE seq = ?",
                     [json.dumps(_redacted(json.loads(payload))), seq])
+            if rows:  # a reembed in progress (or killed) holds a staged copy of the text
+                run("DELETE FROM embedding_staging WHERE id = ?", [subject_id])
 
     def delete_user(self, user_id: str) -> int:
         with self._writing() as run:
+            for table in ("knowledge", "conversations"):  # staged copies of their text
+                run(f"DELETE FROM embedding_staging WHERE table_name = '{table}' AND id IN "
+                    f"(SELECT id FROM {table} WHERE user_id = ?)", [user_id])
             for table in ("knowledge", "conversations", "tool_history", *PIPELINE_TABLES):
                 run(f"DELETE FROM {table} WHERE user_id = ?", [user_id])
             count = run("SELECT count(*) FROM events WHERE user_id = ?", [user_id])[0][0]

@@ -4,12 +4,14 @@
 import { ApiError, auth, get } from "./api.js";
 import { errorBox, field, fmt, h, replace, table } from "./dom.js";
 import { knowledgeView, openItem, resetKnowledge, showKnowledge } from "./knowledge.js";
+import { reviewView } from "./review.js";
 import { timelineView } from "./timeline.js";
 import { facetsView, llmView, maintenanceView, overviewView, sessionsView, toolsView } from "./views.js";
 
 const PAGES = [
   { name: "overview", title: "Overview", view: overviewView },
   { name: "knowledge", title: "Knowledge", view: knowledgeView },
+  { name: "review", title: "Review queue", view: reviewView },
   { name: "entities", title: "Entities & contexts", view: facetsView },
   { name: "sessions", title: "Sessions", view: sessionsView },
   { name: "timeline", title: "Activity timeline", view: timelineView },
