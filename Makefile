@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run demo test lint browser bench bench-server clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,17 +13,28 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
+	$(VENV)/bin/ledgermem serve
+
+demo: $(STAMP)
 	$(PY) -m ledgermem.demo
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check ledgermem tests bench examples
 	$(VENV)/bin/mypy
 
-test: lint
+# The dashboard's tests drive Debian's chromium (Playwright cannot fetch its own browsers
+# here); apt-get runs only when it is missing.
+browser:
+	@test -x /usr/bin/chromium || { apt-get update -qq && apt-get install -y -qq chromium chromium-driver; }
+
+test: lint browser
 	$(VENV)/bin/pytest -q
 
 bench: $(STAMP)
 	$(PY) -m bench
+
+bench-server: $(STAMP)
+	$(PY) -m bench.server_load
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -4,6 +4,11 @@
     python -m bench --quick              # LoCoMo keyword only and scale at 10k
     python -m bench --locomo FILE        # another LoCoMo-format file
     python -m bench --postgres URL       # also LoCoMo and scale on PostgreSQL
+    python -m bench --crash-trials 5     # fewer crash trials (default 20 per scenario and store)
+
+Then crash safety (``bench.crash``: writers killed with SIGKILL, on SQLite and on
+PostgreSQL, the given one or a private one) and load (``bench.load``: threads in several
+processes on one store, on both).
 
 Searches use the options a user gets by default (recall bookkeeping on); scale also
 times each query with touch=False, interleaved, to show what the bookkeeping costs.
@@ -34,6 +39,15 @@ def ledgermem(*args: str) -> dict[str, Any]:
     return its JSON result."""
     command = [sys.executable, "-m", "ledgermem", *args, "--json"]
     output = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True)
+    return json.loads(output.stdout)  # type: ignore[no-any-return]
+
+
+def reliability(name: str, *args: str) -> dict[str, Any]:
+    """Run ``python -m bench.NAME`` (its progress on stderr) and return its JSON report;
+    a run that found problems exits 1 and is reported all the same."""
+    command = [sys.executable, "-m", f"bench.{name}", *args, "--json"]
+    output = subprocess.run(command, check=False, stdout=subprocess.PIPE, text=True,
+                            cwd=ROOT)
     return json.loads(output.stdout)  # type: ignore[no-any-return]
 
 
@@ -78,6 +92,8 @@ def main() -> int:
     parser.add_argument("--postgres", default=None, help="a PostgreSQL URL to measure too")
     parser.add_argument("--sizes", default=None,
                         help="scale sizes, comma-separated (default 10000,100000)")
+    parser.add_argument("--crash-trials", type=int, default=20,
+                        help="kill trials per crash scenario and store (0: no crash runs)")
     args = parser.parse_args()
     results: dict[str, Any] = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -100,11 +116,21 @@ def main() -> int:
                 "--mode", mode)
         results["scale_postgres"] = ledgermem("bench", "scale", "--items", sizes,
                                               "--db", args.postgres)
+    pg = ["--postgres", args.postgres] if args.postgres else []
+    if args.crash_trials:
+        results["crash"] = reliability("crash", "--trials", str(args.crash_trials), *pg)
+    results["load"] = reliability("load", *(["--ops", "50"] if args.quick else []), *pg)
     out = ROOT / "bench" / "results"
     out.mkdir(exist_ok=True)
     target = out / f"bench-{datetime.now(UTC):%Y%m%d-%H%M%S}.json"
     target.write_text(json.dumps(results, indent=2))
-    show({k: v for k, v in results.items() if isinstance(v, dict) and k != "machine"})
+    show({k: v for k, v in results.items() if isinstance(v, dict)
+          and k not in ("machine", "crash", "load")})
+    from . import crash, load
+
+    for name, module in (("crash", crash), ("load", load)):
+        if name in results:
+            module.show(results[name])
     print(f"\nresults written to {target}")
     return 0
 

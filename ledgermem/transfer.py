@@ -375,6 +375,8 @@ def parse_object_line(line: str, where: str) -> dict[str, Any]:
         value = json.loads(line)
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"{where}: not JSON ({exc.msg})") from exc
+    except RecursionError as exc:  # the decoder recurses once per [ or {
+        raise InvalidInput(f"{where}: JSON nested too deeply to read") from exc
     if not isinstance(value, dict):
         raise InvalidInput(f"{where}: not a JSON object")
     return value

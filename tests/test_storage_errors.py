@@ -15,9 +15,13 @@ from ledgermem.store.sqlite import SQLiteStore
 from tests.support import snapshot
 
 PACKAGE = Path(ledgermem.__file__).parent
-BOUNDARY = {("store/sqlite.py", "_translated"), ("store/sqlite.py", "_retry")}
+BOUNDARY = {("store/sqlite.py", "_translated"), ("store/sqlite.py", "_retry"),
+            ("backup.py", "_events_in"), ("backup.py", "backup"), ("backup.py", "_check_copy"),
+            ("backup.py", "restore")}
 """Where ``sqlite3`` exceptions may be caught: the translation, and the lock retry
-(which re-raises the driver's error for the translation once it gives up)."""
+(which re-raises the driver's error for the translation once it gives up); and the
+backup, which copies database files that are not open as stores (a backup being
+checked, a file to restore) and says what is wrong with each in its own terms."""
 
 
 def _handlers() -> set[tuple[str, str]]:

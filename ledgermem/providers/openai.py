@@ -77,6 +77,7 @@ class OpenAIClient:
         if not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"base URL must start with http:// or https://, not {base_url!r}")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._secret = api_key or None
         self.base_url = base_url.rstrip("/")
         self.retries = retries
         self.backoff = backoff
@@ -99,23 +100,28 @@ class OpenAIClient:
             except httpx.HTTPError as exc:
                 last = f"{type(exc).__name__}: {exc}"
                 continue
-            status, text = response.status_code, response.text
+            # A server or proxy may echo the request's headers in an error: never let the
+            # key reach an error message, a log line or the ledger.
+            status, text = response.status_code, self._hide_secret(response.text)
             if status >= 400 and ((refused is not None and refused(status, text))
                                   or invalid_request(status, text)):
                 raise Refused(f"{self.base_url}{path} refused the request with HTTP "
                               f"{status}: {text[:300]}", status, text)
             if response.status_code in RETRY_STATUS:
-                last = f"HTTP {response.status_code}: {response.text[:200]}"
+                last = f"HTTP {status}: {text[:200]}"
                 continue
             if response.status_code >= 400:
                 raise ProviderError(f"{self.base_url}{path} answered HTTP "
-                                    f"{response.status_code}: {response.text[:300]}")
+                                    f"{status}: {text[:300]}")
             try:
                 data: dict[str, Any] = response.json()
             except ValueError as exc:
                 raise ProviderError(f"{self.base_url}{path} answered non-JSON") from exc
             return data
         raise ProviderError(f"{self.base_url}{path} failed after {self.retries + 1} tries: {last}")
+
+    def _hide_secret(self, text: str) -> str:
+        return text.replace(self._secret, "***") if self._secret else text
 
     def close(self) -> None:
         self._http.close()
