@@ -214,6 +214,9 @@ def page(browser: Browser, site: Site) -> Iterator[Page]:
     context = browser.new_context(locale="en-US", timezone_id="UTC",
                                   viewport={"width": 1440, "height": 900})
     context.set_default_timeout(15_000)
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=15_000)  # assertions wait as long as actions on a busy machine
     opened = context.new_page()
     crashes: list[str] = []
     opened.on("pageerror", lambda error: crashes.append(str(error)))
