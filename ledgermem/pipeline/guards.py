@@ -249,6 +249,17 @@ def _reason(reason: str | None, content: str | None) -> str | None:
 def check_fact(content: str | None, reason: str | None, said: Said,
                options: GuardOptions = GuardOptions()) -> Checked:
     """Check a new fact (an ADD, or an item consolidation distils)."""
+    first = _first_checks(content, reason, said, options)
+    if isinstance(first, Checked):
+        return first
+    content, user, words = first
+    return _grounded(content, words, user, options, reason)
+
+
+def _first_checks(content: str | None, reason: str | None, said: Said, options: GuardOptions
+                  ) -> Checked | tuple[str, Sequence[tuple[str, frozenset[str]]], list[str]]:
+    """What every new version must pass (content, information, not the assistant's own
+    doing): a refusal, or the content with the user's turns and its words."""
     if content is None or not content.strip():
         return Checked("no content")
     user = said.by("user")
@@ -258,7 +269,7 @@ def check_fact(content: str | None, reason: str | None, said: Said,
     words = content_words(content)
     if options.assistant_actions and _assistant_only(words, said, user, content):
         return Checked(f"{content.strip()[:60]!r} restates what the assistant said or did")
-    return _grounded(content, words, user, options, reason)
+    return content, user, words
 
 
 def _grounded(content: str, words: Sequence[str], user: Sequence[tuple[str, frozenset[str]]],
@@ -280,15 +291,10 @@ def check_update(content: str | None, reason: str | None, old: str, said: Said,
     from ``old`` need not be), at least one of its words must come from a user turn,
     and a version that drops more than half of ``old``'s words must say why.
     """
-    if content is None or not content.strip():
-        return Checked("no content")
-    user = said.by("user")
-    problem = _information(content, reason, said, user)
-    if problem:
-        return Checked(problem)
-    words = content_words(content)
-    if options.assistant_actions and _assistant_only(words, said, user, content):
-        return Checked(f"{content.strip()[:60]!r} restates what the assistant said or did")
+    first = _first_checks(content, reason, said, options)
+    if isinstance(first, Checked):
+        return first
+    content, user, words = first
     before = frozenset(content_words(old))
     added = [w for w in words if not _match(w, before)]
     lost = [w for w in before if not _match(w, frozenset(words))]
