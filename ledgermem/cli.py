@@ -668,6 +668,15 @@ def forget_user(obj: Context, yes: bool) -> None:
 
 
 @command(main)
+def vacuum(obj: Context) -> None:
+    """Rewrite the store's files so forgotten text leaves the disk (SQLite VACUUM;
+    PostgreSQL VACUUM FULL, which locks each table while it runs)."""
+    obj.open(embed=False).store.vacuum()
+    obj.emit({"vacuumed": True}, lambda: obj.console.print(
+        "rewrote the store's files: deleted rows' bytes are gone from them"))
+
+
+@command(main)
 def rebuild(obj: Context) -> None:
     """Re-derive every view and index from the ledger."""
     obj.open(embed=False).rebuild()

@@ -20,6 +20,7 @@ from .types import MAX_CONTENT, Scope
 
 __all__ = [
     "MAX_DAYS",
+    "MAX_JSON_CHARS",
     "MAX_NAME_CHARS",
     "MAX_OFFSET",
     "ROLES",
@@ -239,9 +240,16 @@ def check_limits(value: Any) -> Limits:
 
 
 # metadata ---------------------------------------------------------------------------
+MAX_JSON_CHARS = 100_000
+"""Longest JSON object (item and turn metadata, tool-call arguments), counted as its JSON
+text: the same bound as a turn (``Limits.max_turn_chars``). It is stored twice, in the
+ledger and in a view, and read back with every hit."""
+
+
 def json_object(value: Any, what: str) -> dict[str, Any]:
-    """A JSON object both backends store (``None`` → ``{}``): text keys, and no NUL,
-    lone surrogate, NaN or infinity anywhere in it, however deeply nested."""
+    """A JSON object both backends store (``None`` → ``{}``): text keys, no NUL, lone
+    surrogate, NaN or infinity anywhere in it, however deeply nested, and at most
+    ``MAX_JSON_CHARS`` long as JSON."""
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -253,9 +261,12 @@ def json_object(value: Any, what: str) -> dict[str, Any]:
     except RecursionError as exc:
         raise InvalidInput(f"{what} is nested too deeply") from exc
     try:
-        json.dumps(result, allow_nan=False)
+        size = len(json.dumps(result, allow_nan=False, ensure_ascii=False))
     except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidInput(f"{what} must be JSON-serialisable: {exc}") from exc
+    if size > MAX_JSON_CHARS:
+        raise InvalidInput(f"{what} is {size:,} characters as JSON, longer than "
+                           f"{MAX_JSON_CHARS:,}")
     return result
 
 

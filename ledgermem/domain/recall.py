@@ -79,17 +79,23 @@ class RecallWorker(BackgroundWorker):
 
     def _apply(self, noted: dict[tuple[str, str | None], dict[str, None]],
                last: dict[tuple[str, str | None], str]) -> None:
+        # One transaction for every user, taking their writer locks in one order (sorted
+        # by user), as every writer of several users must: two transactions taking two
+        # users' locks in opposite orders would wait on each other for good.
         with self.store.transaction():
-            for (user_id, agent_id), ids in noted.items():
-                # Only items that still exist: one forgotten meanwhile (or its user) gets
-                # no ledger entry back.
-                kept = {i.id for i in self.store.query_items(user_id, ItemQuery(
-                    ids=tuple(ids), include_superseded=True))[0]}
-                if kept:
-                    self.store.append([new_event(
-                        Scope(user_id, agent_id), last[user_id, agent_id],
-                        Kind.MEMORY_RECALLED,
-                        ItemsTouched(tuple(i for i in ids if i in kept), self.boost))])
+            for (user_id, agent_id), ids in sorted(
+                    noted.items(), key=lambda entry: (entry[0][0], entry[0][1] or "")):
+                with self.store.writing_for(user_id):
+                    # Only items that still exist: one forgotten meanwhile (or its user)
+                    # gets no ledger entry back. The user's lock keeps them so until the
+                    # event is in.
+                    kept = {i.id for i in self.store.query_items(user_id, ItemQuery(
+                        ids=tuple(ids), include_superseded=True))[0]}
+                    if kept:
+                        self.store.append([new_event(
+                            Scope(user_id, agent_id), last[user_id, agent_id],
+                            Kind.MEMORY_RECALLED,
+                            ItemsTouched(tuple(i for i in ids if i in kept), self.boost))])
 
     def flush(self) -> int:
         """Apply everything noted so far, now, in the caller's thread."""

@@ -195,6 +195,13 @@ class Ledger(Protocol):
     def rebuild(self) -> None:
         """Re-derive every view and index from the ledger (all users)."""
 
+    @unscoped
+    def vacuum(self) -> None:
+        """Rewrite the store's files so that the bytes of deleted rows leave the disk
+        (SQLite ``VACUUM``, which ``delete_user`` runs itself; PostgreSQL
+        ``VACUUM FULL`` of every table, which takes each table's exclusive lock while
+        it runs and needs the tables' owner)."""
+
 
 @runtime_checkable
 class ItemReader(Protocol):

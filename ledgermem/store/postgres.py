@@ -82,6 +82,11 @@ USER_LOCK = 0x6C6D
 """First key of the ``pg_advisory_xact_lock(USER_LOCK, hashtext(user_id))`` that
 serialises planned writes of one user (``writing_for``)."""
 
+VACUUM_TABLES = ("events", "knowledge", "conversations", "tool_history", "knowledge_terms",
+                 "conversations_terms", "llm_calls", "comparisons", "embedding_staging",
+                 "api_keys")
+"""The tables that hold users' rows, which ``vacuum`` rewrites."""
+
 EXACT_SEARCH_LIMIT = 10_000
 """Up to this many candidate vectors a search is exact; beyond it, HNSW."""
 
@@ -397,6 +402,22 @@ class PostgresStore(SQLStore):
                          "(%s, %s, %s)", [migration.version, migration.name,
                                           iso(system_clock())])
 
+    def vacuum(self) -> None:
+        """``VACUUM FULL`` of every table (outside a transaction, as PostgreSQL needs),
+        then a ``CHECKPOINT`` where the role may run one. Deleted rows' bytes stay in a
+        table's files until it is rewritten (docs/reliability.md)."""
+        with _translated("cannot vacuum"), psycopg.connect(
+                self._conninfo, autocommit=True) as conn:
+            if self._search_path:
+                conn.execute("SELECT set_config('search_path', %s, false)",
+                             [self._search_path])
+            for table in VACUUM_TABLES:
+                conn.execute(pgsql.SQL("VACUUM FULL {}").format(pgsql.Identifier(table)))
+            try:
+                conn.execute("CHECKPOINT")
+            except psycopg.errors.InsufficientPrivilege:
+                pass  # the server's next checkpoint writes the files; nothing is lost
+
     def _vector_index(self, run: Run, dims: int) -> None:
         """HNSW indexes for vectors of ``dims`` dimensions; those of others go."""
         run("SELECT pg_advisory_xact_lock(?)", [MIGRATION_LOCK])
@@ -419,8 +440,18 @@ class PostgresStore(SQLStore):
     @contextmanager
     def writing_for(self, user_id: str) -> Iterator[None]:
         with self._writing() as run:
-            run("SELECT pg_advisory_xact_lock(?, hashtext(?))", [USER_LOCK, user_id])
+            self._in_ledger_order(run, [user_id])
             yield
+
+    def _in_ledger_order(self, run: Run, user_ids: Sequence[str]) -> None:
+        """Take the user locks (in sorted order, so two writers cannot wait on each
+        other) before an event is inserted. Without them a writer could draw its
+        ``seq`` first and change a view row second, after a writer that drew a later
+        ``seq``: the view would end as the earlier event says. The locks are the
+        transaction's and re-entrant, so ``writing_for`` followed by ``append``
+        takes its user's once."""
+        for user_id in user_ids:
+            run("SELECT pg_advisory_xact_lock(?, hashtext(?))", [USER_LOCK, user_id])
 
     def append(self, events: Sequence[Event]) -> None:
         # Keyword statistics change only with text: recall bookkeeping, confidence and

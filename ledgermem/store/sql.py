@@ -282,9 +282,15 @@ class SQLStore(ABC):
         time anyway (``BEGIN IMMEDIATE``); PostgreSQL takes a per-user lock."""
         return self.transaction()
 
+    def _in_ledger_order(self, run: Run, user_ids: Sequence[str]) -> None:
+        """Make the writers of ``user_ids`` draw their ledger positions and change the
+        views one transaction at a time, so the views change in ledger order. SQLite
+        has one writer at a time already."""
+
     # ledger -----------------------------------------------------------------------
     def append(self, events: Sequence[Event]) -> None:
         with self._writing() as run:
+            self._in_ledger_order(run, sorted({event.user_id for event in events}))
             for event in events:
                 run(
                     f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) VALUES ({_marks(9)})",

@@ -218,6 +218,7 @@ class SQLiteStore(SQLStore):
                 self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
                 self._local.depth = 1
                 self._local.purge = False
+                self._local.committed = []
                 try:
                     yield run
                     if self._local.purge:  # once per transaction, however many forgets
@@ -229,6 +230,8 @@ class SQLiteStore(SQLStore):
                     raise
                 finally:
                     self._local.depth = 0
+            for action in self._local.committed:
+                action()
 
     # schema -----------------------------------------------------------------------
     def schema_version(self) -> int:
@@ -317,7 +320,25 @@ class SQLiteStore(SQLStore):
         with self._writing():
             removed = super().delete_user(user_id)
             self._local.purge = True
+            self._local.committed.append(self.vacuum)
         return removed
+
+    def vacuum(self) -> None:
+        """Rewrite the database file, then empty the WAL into it.
+
+        ``secure_delete`` zeroes a deleted cell and a freed page, but not the stale
+        copies of cells that an earlier page split or merge left in the unallocated gap
+        of a b-tree page; only a rewrite removes those. ``delete_user`` runs this after
+        it commits, so a forgotten user's text and ids leave the file. It costs a pass
+        over the whole file and waits for other writers; after many single ``forget``s
+        run it yourself (``ledgermem vacuum``). Row ids survive it: every table that
+        another refers to by rowid has an ``INTEGER PRIMARY KEY``."""
+        conn = self._conn()
+        if conn.in_transaction:
+            raise StorageError("vacuum cannot run inside a transaction")
+        with _translated(), self._write_lock:
+            self._retry(lambda: conn.execute("VACUUM"))
+            self._retry(lambda: conn.execute("PRAGMA wal_checkpoint(TRUNCATE)"))
 
     def _purge_fts(self, run: Run) -> None:
         """Rewrite the full-text indexes from their tables so deleted terms leave the

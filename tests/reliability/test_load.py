@@ -18,14 +18,6 @@ from ledgermem.types import Scope
 from tests.support import raw, rows
 
 PROCESSES, THREADS, OPS = 2, 4, 25
-KNOWN_POSTGRES = {
-    "errors": ("deadlock detected",),
-    "verify": ("last_used_at is", "confidence is"),
-}
-"""Defects of the PostgreSQL store under concurrent writers, each reproduced
-deterministically by a strict xfail below: only these are let through, on PostgreSQL
-only (the recall worker's writes applied out of ledger order, and the deadlocks they
-meet)."""
 
 
 def test_threads_in_several_processes_lose_nothing_and_see_no_error(
@@ -33,10 +25,6 @@ def test_threads_in_several_processes_lose_nothing_and_see_no_error(
     url = stores.new("load")
     run = run_load(url, tmp_path, processes=PROCESSES, threads=THREADS, ops=OPS, seed=7)
     found = check_load(url, run)
-    if stores.backend == "postgres":
-        found = {kind: [line for line in lines if not any(
-            known in line for known in KNOWN_POSTGRES.get(kind, ()))]
-            for kind, lines in found.items()}
     assert found == {"errors": [], "writes": [], "verify": []}
     counted = figures(run)
     assert counted["calls"] + counted["errors"] == PROCESSES * THREADS * OPS
@@ -54,18 +42,11 @@ def test_a_search_after_another_process_wrote_still_answers(pg_url: str) -> None
         assert len(first.for_user("ann").search_conversations("kites")) == 6
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "PostgreSQL applies a view change in the order writers take its row lock, the ledger "
-    "in the order they drew their seq: a writer outside Store.writing_for (the recall "
-    "worker of ledgermem/domain/recall.py; also add_turns, log_tool_call, decay) that "
-    "draws its seq first and updates the row second leaves the view as the ledger's "
-    "earlier event says (last_used_at here; confidence with decay; verify reports it, "
-    "and bench.load found it under load). Fix: the recall worker (and the other "
-    "appends) take writing_for(user) as the item writer does, so seq order is apply "
-    "order per user; this also removes the deadlocks bench.load met between the recall "
-    "worker and forget. When fixed, also drop their messages from KNOWN_POSTGRES."))
 def test_two_processes_touching_one_item_leave_the_view_as_the_ledger_says(
         pg_url: str) -> None:
+    """A writer whose view change waits after its event is in holds the user's lock,
+    so a second writer draws its ``seq`` only after the first committed: the views
+    change in ledger order (``PostgresStore._in_ledger_order``)."""
     with Memory.open(pg_url, embedder=None) as first, \
             Memory.open(pg_url, embedder=None) as second:
         item = first.for_user("ann").remember("kites over the beach")
