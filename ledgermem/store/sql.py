@@ -286,6 +286,7 @@ class SQLStore(ABC):
         """Make the writers of ``user_ids`` draw their ledger positions and change the
         views one transaction at a time, so the views change in ledger order. SQLite
         has one writer at a time already."""
+        del run, user_ids
 
     # ledger -----------------------------------------------------------------------
     def append(self, events: Sequence[Event]) -> None:

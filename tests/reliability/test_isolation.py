@@ -250,9 +250,9 @@ def test_no_read_path_returns_another_users_data(db_url: str) -> None:
 def test_forget_user_on_postgres_leaves_no_trace_after_vacuum_full(
         pg_url: str, pg_admin_url: str) -> None:
     """docs/reliability.md: after ``forget_user``, ``ledgermem vacuum`` (``VACUUM FULL``
-    of the store's tables) rewrites them (and their indexes and TOAST) into new files; the forgotten text is
-    then in none of the schema's files. (WAL segments, replicas and backups keep it
-    until they are recycled, as the docs say.)"""
+    of the store's tables) rewrites them, their indexes and TOAST into new files; the
+    forgotten text is then in none of the schema's files. (WAL segments, replicas and
+    backups keep it until they are recycled, as the docs say.)"""
     secret = "zanzibarquuxsecret"
     with Memory.open(pg_url, embedder=None) as memory:
         alice, bob = memory.for_user("alice"), memory.for_user("bob")

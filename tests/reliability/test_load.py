@@ -8,8 +8,6 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-import pytest
-
 from bench.load import check_load, figures, run_load
 from bench.stores import Stores
 from ledgermem import Memory
