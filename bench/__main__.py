@@ -7,8 +7,11 @@
     python -m bench --crash-trials 5     # fewer crash trials (default 20 per scenario and store)
 
 Then crash safety (``bench.crash``: writers killed with SIGKILL, on SQLite and on
-PostgreSQL, the given one or a private one) and load (``bench.load``: threads in several
-processes on one store, on both).
+PostgreSQL, the given one or a private one), load (``bench.load``: threads in several
+processes on one store, on both), where a default search's time goes
+(``bench.latency``: LoCoMo, per phase, and passages/s) and writes (``bench.writes``:
+``remember``, ``remember_many`` and bulk ``add_turns`` per second, empty and at 20,000
+items).
 
 Searches use the options a user gets by default (recall bookkeeping on); scale also
 times each query with touch=False, interleaved, to show what the bookkeeping costs.
@@ -120,15 +123,23 @@ def main() -> int:
     if args.crash_trials:
         results["crash"] = reliability("crash", "--trials", str(args.crash_trials), *pg)
     results["load"] = reliability("load", *(["--ops", "50"] if args.quick else []), *pg)
+    # Write throughput; the full store is 20,000 items here (100,000 fills for minutes
+    # on PostgreSQL: run python -m bench.writes alone for it).
+    results["writes"] = reliability("writes", "--full", "5000" if args.quick else "20000",
+                                    *pg)
+    if args.locomo.exists():
+        results["latency"] = reliability("latency", "--locomo", str(args.locomo),
+                                         *(["--samples", "1"] if args.quick else []))
     out = ROOT / "bench" / "results"
     out.mkdir(exist_ok=True)
     target = out / f"bench-{datetime.now(UTC):%Y%m%d-%H%M%S}.json"
     target.write_text(json.dumps(results, indent=2))
     show({k: v for k, v in results.items() if isinstance(v, dict)
-          and k not in ("machine", "crash", "load")})
-    from . import crash, load
+          and k not in ("machine", "crash", "load", "latency", "writes")})
+    from . import crash, latency, load, writes
 
-    for name, module in (("crash", crash), ("load", load)):
+    for name, module in (("crash", crash), ("load", load), ("latency", latency),
+                         ("writes", writes)):
         if name in results:
             module.show(results[name])
     print(f"\nresults written to {target}")

@@ -261,6 +261,7 @@ class AsyncUserMemory(_Offloading[UserMemory]):
 
     # knowledge
     remember = _InThread(UserMemory.remember)
+    remember_many = _InThread(UserMemory.remember_many)
     update = _InThread(UserMemory.update)
     revise = _InThread(UserMemory.revise)
     invalidate = _InThread(UserMemory.invalidate)

@@ -22,6 +22,7 @@ store's schema, restored with ``pg_restore``.
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 import uuid
 from contextlib import closing
@@ -31,6 +32,7 @@ from typing import Any
 from .errors import InvalidInput, SchemaMismatch, StorageError
 from .store.migrations import SQLITE_MIGRATIONS
 from .store.sqlite import SQLiteStore
+from .store.vector_file import vectors_dir
 
 __all__ = ["backup", "postgres_help", "refuse_postgres", "restore", "sqlite_path"]
 
@@ -194,6 +196,9 @@ def restore(source: str | Path, destination: str | Path, *, force: bool = False
                     "add --force to replace them, or restore into another --db")
             dst.parent.mkdir(parents=True, exist_ok=True)
             _copy(conn, dst)
+        # The vector files beside the store describe what it held before; the restored
+        # store builds its own at its next searches.
+        shutil.rmtree(vectors_dir(dst), ignore_errors=True)
     except sqlite3.Error as exc:
         raise StorageError(f"restore of {src} into {dst} failed: {exc}") from exc
     SQLiteStore(dst).close()  # an older backup is migrated now, not at the next open

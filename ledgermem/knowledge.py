@@ -8,7 +8,7 @@ observability and housekeeping are in ``user_memory.py``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -92,6 +92,31 @@ class UserKnowledge(UserHandle):
             confidence=confidence, context=context, entity=entity, sensitive=sensitive,
             due_at=due_at, metadata=metadata, valid_from=valid_from, reason=reason,
             dedup=dedup)
+
+    def remember_many(
+        self, entries: Iterable[str | Mapping[str, Any]], *, dedup: bool | None = None
+    ) -> list[Item]:
+        """Store many knowledge items in one transaction; returns them in input order.
+
+        Each entry is a text, or a dict of ``remember``'s arguments (``content``
+        required; ``category``, ``domain``, ``source``, ``confidence``, ``context``,
+        ``entity``, ``sensitive``, ``due_at``, ``metadata``, ``valid_from``,
+        ``reason``). Each is deduplicated as ``remember`` would, against the stored
+        items and the entries before it in the batch: an entry that restates one
+        returns that item, ``written="merged"``. Every item is as stored when the call
+        returns (two entries merged into one item return it twice). Embedding happens
+        in the background, as after ``remember``.
+
+        Example:
+            >>> alice.remember_many(["Likes green tea",  # doctest: +SKIP
+            ...                      {"content": "Allergic to nuts", "sensitive": True}])
+
+        Raises:
+            InvalidInput: a bad entry (as ``remember`` says), an unknown field or an
+                entry that is neither a text nor a dict; the message names its index
+                (``item 3: …``) and nothing is stored.
+        """
+        return self._writer.remember_many(self.scope, entries, dedup=dedup)
 
     def update(
         self,

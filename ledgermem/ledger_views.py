@@ -169,7 +169,7 @@ class UserLedger(UserHandle):
                 Nothing is stored then.
         """
         check_kind(kind)
-        body = json_object(payload, "payload")
+        body = json_object(payload, "payload", max_chars=None)  # Limits.max_turn_chars
         size = len(json.dumps(body, ensure_ascii=False))
         limit = self._memory.limits.max_turn_chars
         if size > limit:

@@ -246,10 +246,11 @@ text: the same bound as a turn (``Limits.max_turn_chars``). It is stored twice, 
 ledger and in a view, and read back with every hit."""
 
 
-def json_object(value: Any, what: str) -> dict[str, Any]:
+def json_object(value: Any, what: str, max_chars: int | None = MAX_JSON_CHARS
+                ) -> dict[str, Any]:
     """A JSON object both backends store (``None`` → ``{}``): text keys, no NUL, lone
     surrogate, NaN or infinity anywhere in it, however deeply nested, and at most
-    ``MAX_JSON_CHARS`` long as JSON."""
+    ``max_chars`` long as JSON (None: the caller checks the length)."""
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -264,9 +265,9 @@ def json_object(value: Any, what: str) -> dict[str, Any]:
         size = len(json.dumps(result, allow_nan=False, ensure_ascii=False))
     except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidInput(f"{what} must be JSON-serialisable: {exc}") from exc
-    if size > MAX_JSON_CHARS:
+    if max_chars is not None and size > max_chars:
         raise InvalidInput(f"{what} is {size:,} characters as JSON, longer than "
-                           f"{MAX_JSON_CHARS:,}")
+                           f"{max_chars:,}")
     return result
 
 

@@ -79,7 +79,7 @@ def test_metadata_and_tool_arguments_over_the_json_limit_are_refused(mem: Memory
         lambda: alice.record("world.observed", payload=huge),
     ]
     for call in calls:
-        with pytest.raises(InvalidInput, match="longer than 100,000"):
+        with pytest.raises(InvalidInput, match=r"longer than 100,000|max_turn_chars"):
             call()
     assert snapshot(mem) == before
     assert alice.get(item.id).metadata["note"] == "n" * 99_000 and turn.content == "hello"

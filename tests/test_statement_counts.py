@@ -45,6 +45,12 @@ def statements(memory: Memory) -> Iterator[list[str]]:
         store.trace(None)
 
 
+def issued(seen: list[str]) -> list[str]:
+    """The statements as issued: SQLite traces a statement again each time a trigger
+    fires for one of its rows (FTS5's), which says nothing of the statements run."""
+    return [sql for n, sql in enumerate(seen) if n == 0 or sql != seen[n - 1]]
+
+
 def writes(seen: list[str]) -> list[str]:
     return [sql for sql in seen if sql.lstrip().upper().startswith(WRITES)]
 
@@ -68,8 +74,9 @@ def test_a_default_search_only_reads(keyword_mem: Memory) -> None:
     with statements(keyword_mem) as seen:
         hits = alice.search("green tea kettle")
     assert hits and writes(seen) == []
-    # AND; OR (the row count, a common-term count per term); one load of the hits.
-    assert len(seen) == 7
+    # AND; OR (one statement counts the rows and each term's, then BM25); one load
+    # of the hits.
+    assert len(seen) == 4
     with statements(keyword_mem) as seen:
         keyword_mem.flush()  # the bookkeeping, applied now: one transaction
     assert [s.split()[0] for s in writes(seen)][:1] == ["BEGIN"]
@@ -82,7 +89,7 @@ def test_a_default_hybrid_search_only_reads(tmp_path: Path, clock: FakeClock) ->
         with statements(memory) as seen:
             assert memory.for_user("alice").search("green tea kettle")
         assert writes(seen) == []
-        assert len(seen) == 9  # keyword as above, vectors fresh?, active filter, one load
+        assert len(seen) == 6  # keyword as above, vectors fresh?, active filter, one load
 
 
 def test_search_all_reads_knowledge_keywords_once(keyword_mem: Memory) -> None:
@@ -112,9 +119,9 @@ def test_remember_costs_the_same_however_many_candidates(
             assert [sql.split()[0] for sql in writes(seen)] == [
                 "BEGIN", "SAVEPOINT", "INSERT", "INSERT", "INSERT", "INSERT", "RELEASE",
                 "COMMIT"]
-    # The dedup lookup: the row count, a common-term count per chosen term, the
-    # keyword candidates, the exact text, one batched read of the candidates.
-    assert counts == [15, 15]
+    # The dedup lookup: one count of the rows and of each chosen term, the keyword
+    # candidates, the exact text, one batched read of the candidates.
+    assert counts == [12, 12]
 
 
 def test_add_turns_costs_one_transaction(keyword_mem: Memory) -> None:
@@ -125,4 +132,76 @@ def test_add_turns_costs_one_transaction(keyword_mem: Memory) -> None:
                          {"role": "assistant", "content": "Nice"}], session_id="s")
     assert [s for s in seen if s.startswith(("BEGIN", "COMMIT"))] == ["BEGIN IMMEDIATE",
                                                                        "COMMIT"]
-    assert len(seen) == 35
+    # One INSERT of the events, one of the turns, three reads of the neighbours and one
+    # UPDATE of their text, one read back (each traced again per row and FTS trigger).
+    assert len(issued(seen)) == 9 and len(seen) == 22
+
+
+def test_a_default_conversation_search_only_reads(tmp_path: Path, clock: FakeClock) -> None:
+    with Memory.open(tmp_path / "c.db", embedder=HashEmbedder(), clock=clock) as memory:
+        alice = memory.for_user("alice")
+        alice.add_turns([{"role": "user", "content": f"The green kettle {n} whistles"}
+                         for n in range(30)], session_id="s")
+        memory.flush()
+        alice.search_conversations("kettle")    # the vector index and neighbours load
+        with statements(memory) as seen:
+            assert alice.search_conversations("green kettle whistles")
+        assert writes(seen) == []
+        # Turns: AND, OR (one statement counts the rows and each term's, BM25); the
+        # same three over knowledge (turns found through the items drawn from them);
+        # vectors fresh?, the filter on the best vector rows; one load of the
+        # candidates. The query's embedding runs in another thread and reads nothing.
+        assert len(seen) == 9
+        assert sum("FROM conversations WHERE +user_id" in s and "content" in s
+                   for s in seen) == 1
+
+
+def _many(memory: Memory, count: int, *, dedup: bool, start: int = 0) -> list[str]:
+    alice = memory.for_user("alice")
+    with statements(memory) as seen:
+        alice.remember_many([f"Crate {n} holds jars of quince jam" for n in
+                             range(start, start + count)], dedup=dedup)
+    return issued(seen)
+
+
+def test_remember_many_costs_statements_per_chunk_not_per_item(
+        tmp_path: Path, clock: FakeClock) -> None:
+    counts = {}
+    for size in (5, 300, 1_000):  # 1,000: three chunks of the ledger (APPEND_CHUNK)
+        with Memory.open(tmp_path / f"m{size}.db", embedder=None, clock=clock) as memory:
+            seen = _many(memory, size, dedup=False)
+            counts[size] = [s.split()[0] for s in writes(seen)]
+    # One transaction, the append a savepoint: per chunk one INSERT of the events and
+    # one of the items; then one read back per 500 items.
+    assert counts[5] == counts[300] == ["BEGIN", "SAVEPOINT", "INSERT", "INSERT", "RELEASE",
+                                        "COMMIT"]
+    assert counts[1_000] == ["BEGIN", "SAVEPOINT", *["INSERT", "INSERT"] * 3, "RELEASE",
+                             "COMMIT"]
+
+
+def test_remember_many_with_dedup_writes_once_and_reads_a_bounded_amount_per_item(
+        tmp_path: Path, clock: FakeClock) -> None:
+    with Memory.open(tmp_path / "d.db", embedder=None, clock=clock) as memory:
+        _many(memory, 50, dedup=False)
+        small = _many(memory, 10, dedup=True, start=100)
+        large = _many(memory, 30, dedup=True, start=200)
+        assert [s.split()[0] for s in writes(small)] == [
+            s.split()[0] for s in writes(large)] == [
+            "BEGIN", "SAVEPOINT", "INSERT", "INSERT", "RELEASE", "COMMIT"]
+        # Per entry, remember's dedup lookup (the common-term counts, the keyword
+        # candidates, the exact text, one batched read of the candidates), no more.
+        assert (len(large) - len(small)) / 20 <= 5
+
+
+def test_bulk_add_turns_costs_the_same_for_ten_turns_or_three_hundred(
+        tmp_path: Path, clock: FakeClock) -> None:
+    counts = []
+    for size in (10, 300):
+        with Memory.open(tmp_path / f"t{size}.db", embedder=None, clock=clock) as memory:
+            alice = memory.for_user("alice")
+            alice.add_turn("user", "hello there", session_id="s")
+            with statements(memory) as seen:
+                alice.add_turns([{"role": "user", "content": f"Turn {n} about kites"}
+                                 for n in range(size)], session_id="s")
+            counts.append(len(issued(seen)))
+    assert counts == [9, 9]

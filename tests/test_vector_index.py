@@ -48,3 +48,58 @@ def test_concurrent_scoring_restores_the_blas_thread_count() -> None:
     for thread in threads:
         thread.join()
     assert blas_threads() == before
+
+
+def _unit(rows: np.ndarray) -> np.ndarray:
+    return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+
+
+def test_the_two_stage_ranking_finds_the_exact_top_k() -> None:
+    """Sign bits shortlist, exact rescoring: the same top 10 as the exact scan, on a
+    corpus of random rows plus clusters (queries near a cluster, as real ones are)."""
+    rng = np.random.default_rng(42)
+    dims = 384
+    centres = _unit(rng.standard_normal((40, dims)))
+    clustered = _unit(centres[rng.integers(0, 40, 6_000)]
+                      + 0.04 * rng.standard_normal((6_000, dims)))
+    corpus = np.concatenate([_unit(rng.standard_normal((20_000, dims))), clustered])
+    block = UserVectors(dims)
+    block.upsert([f"id{i}" for i in range(len(corpus))], [v.tobytes() for v in corpus],
+                 list(range(1, len(corpus) + 1)))
+    block.alive[20_005] = False
+    checked = 0
+    for n in range(30):
+        query = _unit(centres[n % 40][None, :] + 0.03 * rng.standard_normal((1, dims)))[0]
+        shortlisted = block.shortlist(query)
+        assert shortlisted is not None
+        exact = block.scores(query)
+        top = block.best(exact, 0, 10)
+        assert list(block.best(shortlisted, 0, 10)) == list(top)
+        np.testing.assert_allclose(shortlisted[top], exact[top], rtol=1e-6)
+        assert shortlisted[20_005] == -np.inf
+        checked += 1
+    assert checked == 30
+
+
+def test_a_small_block_is_ranked_exactly() -> None:
+    rng = np.random.default_rng(1)
+    block = UserVectors(64)
+    block.upsert([str(i) for i in range(5_000)],
+                 [v.tobytes() for v in rng.standard_normal((5_000, 64)).astype(np.float32)])
+    assert block.shortlist(rng.standard_normal(64).astype(np.float32)) is None
+
+
+def test_sign_bits_follow_rows_replaced_after_the_first_shortlist() -> None:
+    rng = np.random.default_rng(9)
+    dims = 128
+    corpus = _unit(rng.standard_normal((25_000, dims)))
+    block = UserVectors(dims)
+    block.upsert([f"id{i}" for i in range(25_000)], [v.tobytes() for v in corpus])
+    block.shortlist(corpus[0])  # builds the bits
+    target = _unit(rng.standard_normal((1, dims)))[0]
+    block.upsert(["id7", "new"], [target.tobytes(), (-target).tobytes()])
+    scores = block.shortlist(target)
+    assert scores is not None
+    # Without its new sign bits, id7 (random bits) would not reach the shortlist.
+    assert block.ids[int(block.best(scores, 0, 1)[0])] == "id7"
+    assert block.count == 25_001 and scores[block.position["new"]] == -np.inf

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 
 from ..retrieval.keyword import STOPWORDS, query_terms, word_set
 from ..types import Item
 
-__all__ = ["DEDUP_OVERLAP", "dedup_terms", "markers", "restates", "twin_of"]
+__all__ = ["DEDUP_OVERLAP", "dedup_terms", "markers", "overlaps", "restates", "twin_of"]
 
 DEDUP_OVERLAP = 0.8
 
@@ -56,9 +57,7 @@ def restates(text: str, other: str) -> bool:
     of the smaller word set shared, and no negation, number, date or name in one that
     the other lacks. A name is matched in any case ("Tom" in one, "tom" in the other)."""
     words, others = word_set(text), word_set(other)
-    if not words or not others:
-        return False
-    if len(words & others) / min(len(words), len(others)) <= DEDUP_OVERLAP:
+    if not overlaps(words, others):
         return False
     mine, theirs = markers(text), markers(other)
     if ("¬" in mine) != ("¬" in theirs):
@@ -67,6 +66,14 @@ def restates(text: str, other: str) -> bool:
     lowered_other = {w.lower() for w in _TOKEN.findall(other)} | others
     return all(m in lowered_other for m in mine - {"¬"}) and all(
         m in lowered for m in theirs - {"¬"})
+
+
+def overlaps(words: AbstractSet[str], others: AbstractSet[str]) -> bool:
+    """Whether two word sets share more than ``DEDUP_OVERLAP`` of the smaller one: the
+    first test of ``restates``, alone (a cheap filter over many candidates)."""
+    if not words or not others:
+        return False
+    return len(words & others) / min(len(words), len(others)) > DEDUP_OVERLAP
 
 
 def twin_of(text: str, category: str, context: str, entity: str | None,

@@ -14,15 +14,16 @@ facade.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from ..clock import Clock, iso, new_id
-from ..errors import NotFound
+from ..errors import InvalidInput, NotFound
+from ..retrieval.keyword import query_terms, word_set
 from ..store.base import Store
-from ..types import CATEGORIES, SOURCES, START_CONFIDENCE, Item, ItemQuery, Scope
+from ..types import CATEGORIES, SOURCES, START_CONFIDENCE, Event, Item, ItemQuery, Scope
 from ..validation import (
     check_choice,
     check_confidence,
@@ -34,7 +35,7 @@ from ..validation import (
     clean_context,
     clean_entity,
 )
-from .dedup import dedup_terms, twin_of
+from .dedup import dedup_terms, overlaps, twin_of
 from .lineage import lineage
 from .planners import (
     Revision,
@@ -46,14 +47,19 @@ from .planners import (
     plan_restore,
     plan_revise,
 )
+from .projection import Update, project, value_of
 
-__all__ = ["ItemWriter"]
+__all__ = ["Batch", "Draft", "ItemWriter"]
 
 When = Callable[[str | datetime | None], str | None]
 """Reads a time the caller gave (ISO, natural language, a datetime) as ISO UTC."""
 
-DEDUP_CANDIDATES = 50
-"""Keyword candidates one dedup lookup considers."""
+DEDUP_CANDIDATES = 10
+"""Keyword candidates one dedup lookup considers. A restatement shares more than 80% of
+its words with the text, so BM25 ranks it at or near the top; a longer list mostly
+adds rows that hold only common words (listed newest first), a scan that grows with
+the list: at 100,000 items on PostgreSQL it took ~665 ms per lookup for 50, under 1 ms
+for 10."""
 
 
 class ItemWriter:
@@ -89,6 +95,13 @@ class ItemWriter:
              ) -> Item | None:
         """The active item ``text`` restates (``dedup.twin_of``): one keyword lookup of
         candidates and one batched read of them, whatever their number."""
+        return twin_of(text, category, context, entity,
+                       self._candidates(user_id, text, category, context, entity))
+
+    def _candidates(self, user_id: str, text: str, category: str, context: str,
+                    entity: str | None) -> list[Item]:
+        """Stored items ``text`` may restate: those with its exact text first, then the
+        keyword candidates (``DEDUP_CANDIDATES``) of its category, context and entity."""
         found = self.store.keyword_search_items(
             user_id, list(dedup_terms(text)), "or",
             ItemQuery(category=category, context=context, entity=entity), DEDUP_CANDIDATES)
@@ -97,10 +110,9 @@ class ItemWriter:
         same = self.store.query_items(user_id, ItemQuery(content=text))[0]
         ids = tuple(dict.fromkeys([i.id for i in same] + [item_id for item_id, _ in found]))
         if not ids:
-            return None
+            return []
         rows = {i.id: i for i in self.store.query_items(user_id, ItemQuery(ids=ids))[0]}
-        return twin_of(text, category, context, entity,
-                       [rows[i] for i in ids if i in rows])
+        return [rows[i] for i in ids if i in rows]
 
     # writes -----------------------------------------------------------------------
     def remember(
@@ -112,36 +124,83 @@ class ItemWriter:
         dedup: bool | None = None,
     ) -> Item:
         """Add an item, or refresh the active one it restates (see ``dedup``)."""
+        draft = self._draft(
+            scope, content, category, domain=domain, source=source, confidence=confidence,
+            context=context, entity=entity, sensitive=sensitive, due_at=due_at,
+            metadata=metadata, valid_from=valid_from, reason=reason)
+        merge = self.dedup if dedup is None else bool(dedup)
+        with self.store.writing_for(scope.user_id):
+            now = self.now()
+            twin = self.twin(scope.user_id, draft.text, draft.category, draft.context,
+                             draft.entity) if merge else None
+            events, item = _plan(scope, draft, twin, now)
+            self.store.append(events)
+            if twin is not None:
+                if draft.text != twin.content:
+                    self.written()
+                return replace(self.require(scope.user_id, twin.id), written="merged")
+        self.written()
+        return replace(item, written="added")
+
+    def remember_many(self, scope: Scope, entries: Iterable[str | Mapping[str, Any]], *,
+                      dedup: bool | None = None) -> list[Item]:
+        """Add many items in one transaction, each as ``remember`` would (see ``Batch``).
+
+        Every entry is checked before anything is written: a bad one raises
+        ``InvalidInput`` naming its index, and nothing is stored. Returns the items in
+        input order, as stored when the call returns.
+        """
+        drafts = [self._entry(scope, index, entry)
+                  for index, entry in enumerate(_check_entries(entries))]
+        merge = self.dedup if dedup is None else bool(dedup)
+        if not drafts:
+            return []
+        with self.store.writing_for(scope.user_id):
+            batch = Batch(scope, self.now())
+            for draft in drafts:
+                twin = batch.twin(draft, self._candidates(scope.user_id, draft.text,
+                                                          draft.category, draft.context,
+                                                          draft.entity)) if merge else None
+                batch.add(draft, twin)
+            self.store.append(batch.events)
+            stored = {item.id: item for ids in _chunks(list(dict.fromkeys(batch.ids)))
+                      for item in self.store.query_items(
+                          scope.user_id, ItemQuery(ids=ids, include_superseded=True))[0]}
+        if batch.rewrote:
+            self.written()
+        return [replace(stored[item_id], written=written)
+                for item_id, written in zip(batch.ids, batch.written, strict=True)]
+
+    def _entry(self, scope: Scope, index: int, entry: Mapping[str, Any]) -> Draft:
+        """One entry of ``remember_many`` checked as ``remember`` checks its arguments."""
+        try:
+            unknown = sorted(set(entry) - _ENTRY_FIELDS)
+            if unknown:
+                raise InvalidInput(f"unknown field {unknown[0]!r} (known: "
+                                   f"{', '.join(sorted(_ENTRY_FIELDS))})")
+            if "content" not in entry:
+                raise InvalidInput("content is required")
+            return self._draft(scope, **entry)
+        except InvalidInput as exc:
+            raise InvalidInput(f"item {index}: {exc}") from exc
+
+    def _draft(
+        self, scope: Scope, content: Any, category: Any = "fact", *,
+        domain: Any = None, source: Any = "user", confidence: Any = None,
+        context: Any = None, entity: Any = None, sensitive: Any = False,
+        due_at: Any = None, metadata: Any = None, valid_from: Any = None, reason: Any = None,
+    ) -> Draft:
+        """``remember``'s arguments checked and normalised (raises ``InvalidInput``)."""
         text, meta = clean_content(content, metadata)
         domain = check_optional_name(domain, "domain")
         reason = check_optional_text(reason, "reason")
         check_choice("category", category, CATEGORIES)
         check_choice("source", source, SOURCES)
         conf = START_CONFIDENCE[source] if confidence is None else check_confidence(confidence)
-        ctx = clean_context(context or scope.context)
-        ent = clean_entity(entity)
-        due, began = self.when(due_at), self.when(valid_from)
-        merge = self.dedup if dedup is None else bool(dedup)
-        with self.store.writing_for(scope.user_id):
-            now = self.now()
-            twin = self.twin(scope.user_id, text, category, ctx, ent) if merge else None
-            if twin is not None:
-                self.store.append(plan_merge(
-                    scope, twin, text=text, confidence=conf, sensitive=bool(sensitive),
-                    due=due, metadata=meta, source=source, reason=reason, now=now))
-                if text != twin.content:
-                    self.written()
-                return replace(self.require(scope.user_id, twin.id), written="merged")
-            item = Item(
-                id=new_id(), user_id=scope.user_id, agent_id=scope.agent_id,
-                category=category, content=text, domain=domain, source=source,
-                confidence=conf, context=ctx, entity=ent, sensitive=bool(sensitive),
-                due_at=due, created_at=now, updated_at=now, valid_from=began or now,
-                metadata=meta,
-            )
-            self.store.append(plan_add(scope, item, reason=reason, now=now))
-        self.written()
-        return replace(item, written="added")
+        return Draft(text=text, metadata=meta, category=category, domain=domain, source=source,
+                     confidence=conf, context=clean_context(context or scope.context),
+                     entity=clean_entity(entity), sensitive=bool(sensitive),
+                     due=self.when(due_at), began=self.when(valid_from), reason=reason)
 
     def change(self, scope: Scope, item_id: str, build: Callable[[Item], dict[str, Any]], *,
                reason: str, source: str | None = None) -> Item:
@@ -226,3 +285,122 @@ class ItemWriter:
             return []
         return [v for v in self.store.query_items(user_id, ItemQuery(ids=others))[0]
                 if v.active]
+
+
+_ENTRY_FIELDS = frozenset({"content", "category", "domain", "source", "confidence", "context",
+                           "entity", "sensitive", "due_at", "metadata", "valid_from", "reason"})
+"""What an entry of ``remember_many`` may hold: ``remember``'s arguments but ``dedup``."""
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A checked ``remember`` request (times already read as ISO)."""
+
+    text: str
+    metadata: dict[str, Any]
+    category: str
+    domain: str | None
+    source: str
+    confidence: float
+    context: str
+    entity: str | None
+    sensitive: bool
+    due: str | None
+    began: str | None
+    reason: str | None
+
+
+def _plan(scope: Scope, draft: Draft, twin: Item | None, now: str
+          ) -> tuple[list[Event], Item]:
+    """The events of one ``remember``: a merge into ``twin``, or a new item."""
+    if twin is not None:
+        return plan_merge(scope, twin, text=draft.text, confidence=draft.confidence,
+                          sensitive=draft.sensitive, due=draft.due, metadata=draft.metadata,
+                          source=draft.source, reason=draft.reason, now=now), twin
+    item = Item(
+        id=new_id(), user_id=scope.user_id, agent_id=scope.agent_id,
+        category=draft.category, content=draft.text, domain=draft.domain,
+        source=draft.source, confidence=draft.confidence, context=draft.context,
+        entity=draft.entity, sensitive=draft.sensitive, due_at=draft.due, created_at=now,
+        updated_at=now, valid_from=draft.began or now, metadata=draft.metadata,
+    )
+    return plan_add(scope, item, reason=draft.reason, now=now), item
+
+
+class Batch:
+    """The plan of one ``remember_many``: the items it adds or merges, as they will
+    stand, so each entry is checked against the store *and* the entries before it,
+    as a run of ``remember`` calls would check it.
+
+    Items the batch touched are indexed by their dedup words, so finding the earlier
+    entries an entry may restate costs no more than the entries sharing a word with it.
+    """
+
+    def __init__(self, scope: Scope, now: str) -> None:
+        self.scope, self.now = scope, now
+        self.events: list[Event] = []
+        self.ids: list[str] = []
+        self.written: list[Literal["added", "merged"]] = []
+        self.rewrote = False
+        """Whether some text was added or changed (embedding has work)."""
+        self._items: dict[str, Item] = {}
+        self._by_word: dict[str, list[str]] = {}
+        self._by_text: dict[str, list[str]] = {}
+        self._words: dict[str, frozenset[str]] = {}
+
+    def twin(self, draft: Draft, stored: Sequence[Item]) -> Item | None:
+        """The item ``draft`` restates among ``stored`` (as this batch left them) and
+        the items this batch added or changed."""
+        near = dict.fromkeys(self._by_text.get(draft.text, []))
+        for word in dedup_terms(draft.text):
+            near.update(dict.fromkeys(self._by_word.get(word, [])))
+        words = word_set(draft.text)
+        # The overlap test first, on word sets kept per item: only a few of the items
+        # sharing a word pass it, and restates() reads both texts again.
+        ours = [self._items[item_id] for item_id in near
+                if item_id in self._by_text.get(draft.text, ()) or overlaps(
+                    words, self._words[item_id])]
+        return twin_of(draft.text, draft.category, draft.context, draft.entity,
+                       [self._items.get(item.id, item) for item in stored] + ours)
+
+    def add(self, draft: Draft, twin: Item | None) -> None:
+        """Plan ``draft`` (merged into ``twin``, or new) and note the item it leaves."""
+        events, item = _plan(self.scope, draft, twin, self.now)
+        self.events += events
+        for event in events:
+            for change in project(event):
+                if isinstance(change, Update) and change.table == "knowledge":
+                    item = replace(item, **{name: value_of(getattr(item, name), value)
+                                            for name, value in change.values.items()
+                                            if name in _ITEM_FIELDS})
+        self._items[item.id] = item
+        self._words[item.id] = word_set(item.content)
+        for word in query_terms(item.content, max_terms=512):
+            self._by_word.setdefault(word, []).append(item.id)
+        self._by_text.setdefault(item.content, []).append(item.id)
+        self.ids.append(item.id)
+        self.written.append("added" if twin is None else "merged")
+        self.rewrote = self.rewrote or twin is None or draft.text != twin.content
+
+
+_ITEM_FIELDS = frozenset(f.name for f in fields(Item))
+
+
+def _check_entries(entries: Any) -> list[Mapping[str, Any]]:
+    """``remember_many``'s argument as a list of mappings (a bare text is its content)."""
+    if isinstance(entries, str | bytes | Mapping) or not isinstance(entries, Iterable):
+        raise InvalidInput("entries must be a list of texts or of dicts with 'content'")
+    checked: list[Mapping[str, Any]] = []
+    for index, entry in enumerate(entries):
+        if isinstance(entry, str):
+            entry = {"content": entry}
+        if not isinstance(entry, Mapping):
+            raise InvalidInput(f"item {index}: expected a text or a dict with 'content', "
+                               f"not {type(entry).__name__}")
+        checked.append(entry)
+    return checked
+
+
+def _chunks(ids: Sequence[str], size: int = 500) -> Iterator[tuple[str, ...]]:
+    for start in range(0, len(ids), size):
+        yield tuple(ids[start:start + size])

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from ..errors import InvalidInput
 from ..store.base import MatchMode, Store, TurnQuery
 from ..types import Hit, Item, ItemQuery, Turn
-from .embedding import embed_query, query_truncated
+from .embedding import embed_query_soon, query_truncated
 from .fusion import rrf
 from .keyword import STOPWORDS, query_terms, word_set
 from .rerank import Reranker, rerank
@@ -135,9 +135,19 @@ class Searcher:
             return None
         return find_time_window(_clean(query), now)
 
-    def _retrieve(self, query: str, pool: int, keyword: Any, vector: Any
+    def _retrieve(self, query: str, pool: int, keyword: Any, vector: Any,
+                  more: Callable[[], dict[str, list[tuple[str, float]]]] | None = None,
                   ) -> dict[str, list[tuple[str, float]]]:
-        """Candidates of each retriever for ``query`` (already ``_clean``)."""
+        """Candidates of each retriever for ``query`` (already ``_clean``), and those of
+        ``more`` (the rankings that need no query vector), in that order.
+
+        The query's embedding starts first, in a worker thread (``embed_query_soon``),
+        and the keyword searches and ``more`` run meanwhile: a hybrid search costs the
+        longer of the two, not their sum."""
+        pending = None
+        if self.options.mode != "keyword" and self.embedder is not None and query.strip():
+            pending = self._remembered(("embed", query),
+                                       lambda: embed_query_soon(self.embedder, query))
         ranked: dict[str, list[tuple[str, float]]] = {}
         if self.options.mode != "vector":
             terms = query_terms(query)
@@ -147,10 +157,10 @@ class Searcher:
                 # Rows holding every term get a second vote, so salience cannot lift a
                 # one-word match above them.
                 ranked["all_terms"] = every
-        if self.options.mode != "keyword" and self.embedder is not None and query.strip():
-            embedded = self._remembered(("embed", query),
-                                        lambda: embed_query(self.embedder, query))
-            ranked["vector"] = vector(embedded, pool)
+        others = more() if more is not None else {}
+        if pending is not None:
+            ranked["vector"] = vector(pending(), pool)
+        ranked.update(others)
         return ranked
 
     def _keyword(self, terms: list[str], every: list[tuple[str, float]], search: Any,
@@ -178,20 +188,25 @@ class Searcher:
             filters = items_in(filters, window)
         text = keyword_text(query, window)
         floor = self._floor()
+
+        def in_window() -> dict[str, list[tuple[str, float]]]:
+            if window is None or (self.options.time_filter and text):
+                return {}
+            inside = items_in(filters, window)
+            return {"in_window": self._in_window(
+                text, pool,
+                lambda t, mode, n: self.store.keyword_search_items(user_id, t, mode, inside, n),
+                lambda n: [(i.id, 0.0) for i in self.store.query_items(user_id, inside,
+                                                                         limit=n)[0]])}
+
         ranked = self._retrieve(
             query, pool,
             _without_time(text, window, lambda t, mode, n: self._item_keywords(
                 user_id, t, mode, filters, n)),
             lambda v, n: [hit for hit in self.store.vector_search_items(user_id, v, filters, n)
                           if hit[1] >= floor],
+            in_window,
         )
-        if window is not None and (not self.options.time_filter or not text):
-            inside = items_in(filters, window)
-            ranked["in_window"] = self._in_window(
-                text, pool,
-                lambda t, mode, n: self.store.keyword_search_items(user_id, t, mode, inside, n),
-                lambda n: [(i.id, 0.0) for i in self.store.query_items(user_id, inside,
-                                                                         limit=n)[0]])
         return self._finish(
             query, ranked, window, limit, now,
             lambda ids: {i.id: i for i in self.store.query_items(
@@ -211,20 +226,27 @@ class Searcher:
         # turn's day is indexed in words ("8 May 2023 Monday"), and people say "last
         # summer" about last summer (measured on LoCoMo: docs/retrieval.md).
         text = keyword_text(query, window)
+
+        def more() -> dict[str, list[tuple[str, float]]]:
+            found = {}
+            if expansion := self._turns_via_items(user_id, query, filters, pool):
+                found["items"] = expansion
+            if window is not None and (not self.options.time_filter or not text):
+                inside = turns_in(filters, window)
+                found["in_window"] = self._in_window(
+                    text, pool,
+                    lambda t, mode, n: self.store.keyword_search_turns(user_id, t, mode,
+                                                                       inside, n),
+                    lambda n: [(t.id, 0.0) for t in self.store.query_turns(
+                        user_id, inside, descending=True, limit=n)])
+            return found
+
         ranked = self._retrieve(
             query, pool,
             lambda t, mode, n: self.store.keyword_search_turns(user_id, t, mode, filters, n),
             lambda v, n: self.store.vector_search_turns(user_id, v, filters, n),
+            more,
         )
-        if expansion := self._turns_via_items(user_id, query, filters, pool):
-            ranked["items"] = expansion
-        if window is not None and (not self.options.time_filter or not text):
-            inside = turns_in(filters, window)
-            ranked["in_window"] = self._in_window(
-                text, pool,
-                lambda t, mode, n: self.store.keyword_search_turns(user_id, t, mode, inside, n),
-                lambda n: [(t.id, 0.0) for t in self.store.query_turns(
-                    user_id, inside, descending=True, limit=n)])
         return self._finish(
             query, ranked, window, limit, now,
             lambda ids: {t.id: t for t in self.store.query_turns(user_id, TurnQuery(ids=ids))},
@@ -273,7 +295,7 @@ class Searcher:
         (turns only, see ``speaker_ranking``) holds the candidates said by the one
         participant the query names, in fused order."""
         extra = ranked.pop("in_window", None)
-        fused, why = self._fuse(ranked)
+        fused = self._fuse(ranked)
         order = sorted(fused, key=lambda doc: (-fused[doc], doc))
         order += [doc for doc, _ in extra or [] if doc not in fused]
         if not order:
@@ -290,19 +312,29 @@ class Searcher:
             if said:
                 votes["speaker"] = said
         if votes:
-            fused, why = self._fuse(ranked, ranks_only=votes)
-        ideal = self._ideal(ranked, window, speaker="speaker" in votes)
-        if window is not None:
-            for reasons in why.values():
-                reasons.update(window_why(window))
-        if "vector" in ranked and query_truncated(self.embedder, query):
-            for reasons in why.values():    # the embedder read only the query's start
-                reasons["query_truncated"] = True
+            fused = self._fuse(ranked, ranks_only=votes)
         if not fused:
             return []
+        ideal = self._ideal(ranked, window, speaker="speaker" in votes)
         reranker = self.options.reranker
         depth = max(limit, self.options.rerank_depth) if reranker is not None else limit
-        hits = self._rank(fused, ideal, why, rows, depth, now, signals)
+        scored = self._rank(fused, ideal, rows, depth, now, signals)
+        # ``why`` only for the hits returned: building it for every candidate cost
+        # more than the fusion itself.
+        why = self._why([doc for _, doc in scored], ranked, votes)
+        common: dict[str, Any] = window_why(window) if window is not None else {}
+        if "vector" in ranked and query_truncated(self.embedder, query):
+            common["query_truncated"] = True    # the embedder read only the query's start
+        hits = []
+        for final, doc_id in scored:
+            row = rows[doc_id]
+            reasons = {**why[doc_id], **common, "rrf": round(fused[doc_id], 6),
+                       "score": round(final, 6)}
+            if isinstance(row, Item):
+                hits.append(Hit(score=final, item=row, why=reasons))
+            else:
+                assert isinstance(row, Turn)
+                hits.append(Hit(score=final, turn=row, why=reasons))
         if reranker is not None:
             hits = rerank(reranker, query, hits, self.options.rerank_depth)
         return [hit for hit in hits if hit.score >= self.options.min_score][:limit]
@@ -344,25 +376,33 @@ class Searcher:
                 "speaker": self.options.speaker_weight}
 
     def _fuse(self, ranked: Mapping[str, Sequence[tuple[str, float]]],
-              ranks_only: Mapping[str, Sequence[str]] | None = None,
-              ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+              ranks_only: Mapping[str, Sequence[str]] | None = None) -> dict[str, float]:
         """RRF over the ranked lists and over ``ranks_only`` (lists without scores)."""
-        weights = self._weights()
         lists = {name: [d for d, _ in hits] for name, hits in ranked.items()}
-        fused = rrf({**lists, **(ranks_only or {})}, k=self.options.rrf_k, weights=weights)
-        why: dict[str, dict[str, float]] = {doc: {} for doc in fused}
+        return rrf({**lists, **(ranks_only or {})}, k=self.options.rrf_k,
+                   weights=self._weights())
+
+    @staticmethod
+    def _why(docs: Sequence[str], ranked: Mapping[str, Sequence[tuple[str, float]]],
+             ranks_only: Mapping[str, Sequence[str]]) -> dict[str, dict[str, float]]:
+        """Each of ``docs``'s rank (and score) in each list that holds it."""
+        why: dict[str, dict[str, float]] = {doc: {} for doc in docs}
         for name, hits in ranked.items():
             for rank, (doc_id, score) in enumerate(hits, start=1):
-                why[doc_id][f"{name}_rank"] = rank
-                why[doc_id][f"{name}_score"] = round(score, 6)
-        for name, ids in (ranks_only or {}).items():
+                if doc_id in why:
+                    why[doc_id][f"{name}_rank"] = rank
+                    why[doc_id][f"{name}_score"] = round(score, 6)
+        for name, ids in ranks_only.items():
             for rank, doc_id in enumerate(ids, start=1):
-                why[doc_id][f"{name}_rank"] = rank
-        return fused, why
+                if doc_id in why:
+                    why[doc_id][f"{name}_rank"] = rank
+        return why
 
-    def _rank(self, fused: dict[str, float], ideal: float, why: dict[str, dict[str, float]],
-              found: dict[str, Any], limit: int, now: datetime, signals: Any) -> list[Hit]:
-        hits = []
+    def _rank(self, fused: dict[str, float], ideal: float, found: dict[str, Any], limit: int,
+              now: datetime, signals: Any) -> list[tuple[float, str]]:
+        """The best ``limit`` of ``fused`` as (final score, id), best first: relevance
+        (fused over ``ideal``) times salience."""
+        scored = []
         for doc_id, score in fused.items():
             row = found.get(doc_id)
             if row is None:
@@ -371,14 +411,9 @@ class Searcher:
             age = (now - datetime.fromisoformat(stamp)).total_seconds() / 86400
             final = salience(min(1.0, score / ideal), age_days=age, importance=importance,
                              confidence=confidence, weights=self.options.salience)
-            reasons = {**why[doc_id], "rrf": round(score, 6), "score": round(final, 6)}
-            if isinstance(row, Item):
-                hits.append(Hit(score=final, item=row, why=reasons))
-            else:
-                assert isinstance(row, Turn)
-                hits.append(Hit(score=final, turn=row, why=reasons))
-        hits.sort(key=lambda h: (-h.score, h.id))
-        return hits[:limit]
+            scored.append((final, doc_id))
+        scored.sort(key=lambda entry: (-entry[0], entry[1]))
+        return scored[:limit]
 
 
 def merge_hits(knowledge: Sequence[Hit], conversations: Sequence[Hit]) -> list[Hit]:

@@ -335,6 +335,15 @@ def m0009_add_api_keys() -> tuple[Step, ...]:
     )
 
 
+def m0010_add_text_digest_index() -> tuple[str, ...]:
+    """Exact-text lookups (dedup) by ``md5(content)``: row-level security lets only
+    leakproof functions of a column into an index condition, and ``substr`` is not, so
+    m0006's prefix index was never used and each lookup read the user's every row.
+    ``md5`` and text equality are leakproof."""
+    return ("CREATE INDEX knowledge_digest ON knowledge (user_id, md5(content))",
+            "DROP INDEX IF EXISTS knowledge_text")
+
+
 def hnsw_index_sql(table: str, dims: int) -> str:
     """An HNSW cosine index over the vectors of one dimension (a column of type
     ``vector`` without a dimension cannot be indexed directly)."""
@@ -348,6 +357,6 @@ PG_MIGRATIONS: tuple[Migration, ...] = tuple(
     for number, fn in enumerate(
         (m0001_initial, m0002_add_fts, m0003_add_embedding_staging, m0004_row_level_security,
          m0005_add_pipeline, m0006_add_lookup_indexes, m0007_add_term_index,
-         m0008_inline_vectors, m0009_add_api_keys),
+         m0008_inline_vectors, m0009_add_api_keys, m0010_add_text_digest_index),
         start=1)
 )

@@ -45,7 +45,7 @@ from psycopg.types import TypeInfo
 from psycopg_pool import ConnectionPool
 
 from ..clock import iso, system_clock
-from ..domain.projection import changes_text
+from ..domain.projection import Delete, Insert, changes_text, project
 from ..errors import InvalidInput, SchemaMismatch, StorageError
 from ..types import Event, ItemQuery
 from .base import (
@@ -256,6 +256,7 @@ class PostgresStore(SQLStore):
     """
 
     _unlimited = ""
+    _digest_text = True
     exact_search_limit = EXACT_SEARCH_LIMIT
 
     def __init__(
@@ -273,7 +274,8 @@ class PostgresStore(SQLStore):
         self._local = _Local()
         self._closed = False
         self._search_path: str | None = None
-        self._corpora: dict[tuple[str, str], tuple[int, float, float]] = {}
+        self._corpora: dict[tuple[str, str], tuple[int, int, float]] = {}
+        """(table, user) → (rows, tokens in them, until when to trust it)."""
         self._migrate(migrations)
         self._pool: ConnectionPool[Conn] = ConnectionPool(
             url, min_size=min_size, max_size=max_size, open=False, name="ledgermem",
@@ -455,11 +457,31 @@ class PostgresStore(SQLStore):
 
     def append(self, events: Sequence[Event]) -> None:
         # Keyword statistics change only with text: recall bookkeeping, confidence and
-        # lineage events keep the cached corpus counts.
+        # lineage events keep the cached corpus counts; new rows are added to them
+        # below; rewritten or removed text drops them.
+        added = _added_rows(events)
         for user_id in {event.user_id for event in events if changes_text(event)}:
             for table in ("knowledge", "conversations"):
-                self._corpora.pop((table, user_id), None)
+                if (table, user_id) not in added:
+                    self._corpora.pop((table, user_id), None)
         super().append(events)  # scoped to the events' users (RowScope.EVENTS)
+        self._count_added(added)
+
+    def _count_added(self, added: dict[tuple[str, str], list[str]]) -> None:
+        """Add rows this process just wrote to the cached corpus statistics: one read
+        by id, instead of recounting the user's every row at the next search. (A
+        transaction that rolls back later leaves them counted until ``CORPUS_TTL_S``;
+        stale statistics only shift scores.)"""
+        for (table, user_id), ids in added.items():
+            cached = self._corpora.get((table, user_id))
+            if cached is None:
+                continue
+            with self._scope((user_id, False)):
+                rows, length = self._read(
+                    f"SELECT count(*), coalesce(sum(doc_len), 0) FROM {table} WHERE "
+                    "user_id = ? AND id = ANY(?)", [user_id, ids])[0]
+            self._corpora[(table, user_id)] = (cached[0] + int(rows),
+                                               cached[1] + int(length), cached[2])
 
     def _embedding_cache(self, run: Run) -> None:
         """Vectors stay server-side across a rebuild, in a temporary table."""
@@ -528,14 +550,14 @@ class PostgresStore(SQLStore):
         rebuild) wrote meanwhile; stale non-zero statistics only shift scores."""
         key = (table, user_id)
         cached = self._corpora.get(key)
-        if cached is not None and cached[2] > time.monotonic():
-            return cached[0], cached[1]
-        n_rows, avgdl = run(f"SELECT count(*), coalesce(avg(doc_len), 0) FROM {table} "
-                            "WHERE user_id = ?", [user_id])[0]
-        if n_rows:
-            self._corpora[key] = (int(n_rows), float(avgdl) or 1.0,
-                                  time.monotonic() + CORPUS_TTL_S)
-        return int(n_rows), float(avgdl) or 1.0
+        if cached is None or cached[2] <= time.monotonic():
+            n_rows, length = run(f"SELECT count(*), coalesce(sum(doc_len), 0) FROM {table} "
+                                 "WHERE user_id = ?", [user_id])[0]
+            cached = (int(n_rows), int(length), time.monotonic() + CORPUS_TTL_S)
+            if n_rows:
+                self._corpora[key] = cached
+        n_rows, length = cached[0], cached[1]
+        return n_rows, (length / n_rows if n_rows else 0.0) or 1.0
 
     def keyword_search_items(
         self, user_id: str, terms: Sequence[str], mode: MatchMode, query: ItemQuery, limit: int
@@ -668,6 +690,23 @@ class PostgresStore(SQLStore):
             for table in ("knowledge", "conversations"):
                 run(f"UPDATE {table} SET embedding = NULL, embedding_model = NULL, "
                     "emb_seq = NULL WHERE embedding IS NOT NULL", [])
+
+
+def _added_rows(events: Sequence[Event]) -> dict[tuple[str, str], list[str]]:
+    """The ids of the rows ``events`` add to each (table, user) of the keyword-searched
+    tables, for users whose events there only add rows (no text rewritten or removed)."""
+    added: dict[tuple[str, str], list[str]] = {}
+    changed: set[tuple[str, str]] = set()
+    for event in events:
+        for change in project(event):
+            if change.table not in ("knowledge", "conversations"):
+                continue
+            key = (change.table, event.user_id)
+            if isinstance(change, Insert):
+                added.setdefault(key, []).append(str(change.values["id"]))
+            elif isinstance(change, Delete) or "content" in change.values:
+                changed.add(key)
+    return {key: ids for key, ids in added.items() if key not in changed}
 
 
 def _version(conn: Conn) -> int:

@@ -11,6 +11,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
@@ -59,6 +60,9 @@ CONTEXT_TURNS = 2
 NEIGHBOUR_SMOOTHING = 0.5
 """Vector search scores a turn as cosine + this × its best neighbour's cosine: an
 answer often sits in the turn next to the one that matches the question."""
+APPEND_CHUNK = 400
+"""Events (and rows of one view table) written by one multi-row statement: 400 rows
+of 21 columns stay far below both drivers' limits on bound parameters."""
 COMMON_TERM_MIN_ROWS = 1_000
 COMMON_TERM_SHARE = 0.01
 """A keyword held by more rows than both of these (a count, a share of the rows) is
@@ -71,6 +75,14 @@ anyway (a term in 1% of rows has an idf of 4.6, one in 0.01% of 9.2)."""
 def common_term_rows(rows: int) -> int:
     """Rows a keyword may be in before it counts as common, in a corpus of ``rows``."""
     return max(COMMON_TERM_MIN_ROWS, int(COMMON_TERM_SHARE * rows))
+
+
+def common_term_rows_sql(rows_sql: str) -> tuple[str, list[Any]]:
+    """``common_term_rows`` as an SQL expression over ``rows_sql`` (an expression giving
+    the corpus size), with its parameters: a store can count the corpus and the terms
+    in one statement. CAST truncates toward zero, as ``int()`` does."""
+    return (f"max(?, CAST(? * ({rows_sql}) AS INTEGER))",
+            [COMMON_TERM_MIN_ROWS, COMMON_TERM_SHARE])
 
 
 def keyword_hits(
@@ -150,18 +162,23 @@ def embedded_table(table: str) -> str:
 
 
 def item_where_sql(user_id: str, query: ItemQuery, prefix: str = "", *,
-                   by_id: bool = False) -> tuple[str, list[Any]]:
+                   by_id: bool = False, digest: bool = False) -> tuple[str, list[Any]]:
     """WHERE clause (without the keyword) for knowledge filters; ``prefix`` is a table alias.
 
     ``by_id`` says rows will also be picked by id: SQLite is then told (``+user_id``) not
     to scan the user's whole scope through the user index instead of looking ids up.
+    ``digest``: an exact text is found by ``md5(content)`` (PostgreSQL's index, usable
+    under row-level security) instead of a prefix of it (SQLite's).
     """
     p = prefix
     clauses: list[str] = [f"+{p}user_id = ?" if by_id else f"{p}user_id = ?"]
     params: list[Any] = [user_id]
     if not query.include_superseded:
         clauses.append(f"{p}superseded_by IS NULL AND {p}valid_to IS NULL")
-    if query.content is not None:
+    if query.content is not None and digest:
+        clauses.append(f"md5({p}content) = md5(?) AND {p}content = ?")
+        params.extend([query.content, query.content])
+    elif query.content is not None:
         # The prefix lets an expression index find the row. `|| ''` keeps SQLite from
         # substituting the full text into the prefix expression, which hides the index.
         clauses.append(f"substr({p}content, 1, 64) = ? AND {p}content || '' = ?")
@@ -285,68 +302,116 @@ class SQLStore(ABC):
     def _in_ledger_order(self, run: Run, user_ids: Sequence[str]) -> None:
         """Make the writers of ``user_ids`` draw their ledger positions and change the
         views one transaction at a time, so the views change in ledger order. SQLite
-        has one writer at a time already."""
+        has one writer at a time already.
+
+        Every transaction takes these before it locks a row of those users (an append,
+        a claim, a forget): one that locked a row first and then waited for a user's
+        lock could wait on a writer holding that lock and waiting for the row."""
         del run, user_ids
 
     # ledger -----------------------------------------------------------------------
     def append(self, events: Sequence[Event]) -> None:
+        """Insert ``events`` into the ledger and project them, in one transaction. Per
+        ``APPEND_CHUNK`` events: one multi-row INSERT of the events, and one of each run
+        of new rows of a view table (``_apply``), so a batch costs statements per chunk,
+        not per event."""
         with self._writing() as run:
             self._in_ledger_order(run, sorted({event.user_id for event in events}))
-            for event in events:
-                run(
-                    f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) VALUES ({_marks(9)})",
-                    [event.id, event.ts, event.user_id, event.agent_id, event.session_id,
-                     event.kind, event.subject_id, json.dumps(event.payload), event.visibility],
-                )
-                self._apply(run, event)
+            for start in range(0, len(events), APPEND_CHUNK):
+                chunk = events[start:start + APPEND_CHUNK]
+                run(f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) VALUES "
+                    + ", ".join([f"({_marks(len(EVENT_COLUMNS))})"] * len(chunk)),
+                    [value for event in chunk for value in (
+                        event.id, event.ts, event.user_id, event.agent_id, event.session_id,
+                        event.kind, event.subject_id, json.dumps(event.payload),
+                        event.visibility)])
+                self._apply(run, chunk)
 
-    def _apply(self, run: Run, event: Event) -> None:
-        """Render the projection of one event (``domain.projection``) as statements."""
-        uid = event.user_id
-        for change in project(event):
-            if isinstance(change, Insert):
-                values = {"user_id": uid, **change.values}
-                if change.table == "conversations":
-                    values["day"] = spoken_day(values["ts"])
-                columns = [c for c in values if c in _COLUMNS[change.table]]
-                conflict = (" ON CONFLICT (user_id, item_a, item_b) DO NOTHING"
-                            if change.table == "comparisons" else "")
-                run(f"INSERT INTO {change.table} ({', '.join(columns)}) VALUES "
-                    f"({_marks(len(columns))}){conflict}",
-                    [_column_value(c, values[c]) for c in columns])
-                if change.table == "conversations":
-                    self._refresh_context(run, uid, event.session_id, values["ts"])
-            elif isinstance(change, Delete):
-                for chunk in iter_chunks(change.ids):
-                    run(f"DELETE FROM {change.table} WHERE user_id = ? AND id IN "
-                        f"({_marks(len(chunk))})", [uid, *chunk])
-            else:
-                sets, params = _set_sql(change.values)
+    def _apply(self, run: Run, events: Sequence[Event]) -> None:
+        """Render the projection of ``events`` (``domain.projection``) as statements, in
+        ledger order. Consecutive new rows of one table become one INSERT; an update or
+        delete first writes the rows before it, so every change sees the ones before."""
+        rows = _Rows()
+        for event in events:
+            uid = event.user_id
+            for change in project(event):
+                if isinstance(change, Insert):
+                    values = {"user_id": uid, **change.values}
+                    if change.table == "conversations":
+                        values["day"] = spoken_day(values["ts"])
+                    columns = tuple(c for c in values if c in _COLUMNS[change.table])
+                    if rows.shape != (change.table, columns):
+                        self._insert(run, rows)
+                        rows = _Rows((change.table, columns))
+                    rows.values.append([_column_value(c, values[c]) for c in columns])
+                    if change.table == "conversations":
+                        rows.turns.append((uid, event.session_id, values["id"], values["ts"]))
+                    continue
+                self._insert(run, rows)
+                rows = _Rows()
+                if isinstance(change, Delete):
+                    for chunk in iter_chunks(change.ids):
+                        run(f"DELETE FROM {change.table} WHERE user_id = ? AND id IN "
+                            f"({_marks(len(chunk))})", [uid, *chunk])
+                    continue
+                values = dict(change.values)
+                if "embedding" in values and values["embedding"] is None:
+                    values["emb_seq"] = None  # vector indexes drop a row without a number
+                sets, params = _set_sql(values)
                 for chunk in iter_chunks(change.ids):
                     run(f"UPDATE {change.table} SET {sets} WHERE user_id = ? AND id IN "
                         f"({_marks(len(chunk))})", [*params, uid, *chunk])
+        self._insert(run, rows)
 
-    def _refresh_context(self, run: Run, user_id: str, session_id: str | None, at: str) -> None:
-        """Recompute the neighbour text of the turns around a new one.
+    def _insert(self, run: Run, rows: _Rows) -> None:
+        """Write a run of new rows of one table as one statement (then the neighbour
+        text of new turns and of the turns around them)."""
+        if rows.shape is None or not rows.values:
+            return
+        table, columns = rows.shape
+        conflict = (" ON CONFLICT (user_id, item_a, item_b) DO NOTHING"
+                    if table == "comparisons" else "")
+        run(f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
+            + ", ".join([f"({_marks(len(columns))})"] * len(rows.values)) + conflict,
+            [value for row in rows.values for value in row])
+        sessions: dict[tuple[str, str | None], list[tuple[str, str]]] = {}
+        for user_id, session_id, turn_id, ts in rows.turns:
+            sessions.setdefault((user_id, session_id), []).append((turn_id, ts))
+        for (user_id, session_id), turns in sessions.items():
+            self._refresh_context(run, user_id, session_id, turns)
+
+    def _refresh_context(self, run: Run, user_id: str, session_id: str | None,
+                         turns: Sequence[tuple[str, str]]) -> None:
+        """Recompute the neighbour text of new turns ((id, ts) pairs) of one session
+        and of the turns around them.
 
         A turn's ``context`` holds the text of up to ``CONTEXT_TURNS`` turns on each
         side in its session; keyword search weighs it lightly, so a short reply ("Yes,
-        in May!") can be found by what it answers.
+        in May!") can be found by what it answers. Three reads and one UPDATE per
+        ``iter_chunks`` rows, however many turns were added together.
         """
         n = CONTEXT_TURNS
-        before = run("SELECT pk, content FROM conversations WHERE user_id = ? AND "
-                     "session_id = ? AND ts <= ? ORDER BY ts DESC, pk DESC LIMIT ?",
-                     [user_id, session_id, at, 2 * n + 1])[::-1]
-        after = run("SELECT pk, content FROM conversations WHERE user_id = ? AND "
-                    "session_id = ? AND ts > ? ORDER BY ts, pk LIMIT ?",
-                    [user_id, session_id, at, 2 * n])
-        window = before + after
-        new_at = len(before) - 1
-        for i in range(max(0, new_at - n), min(len(window), new_at + n + 1)):
-            around = [window[j][1] for j in range(max(0, i - n), min(len(window), i + n + 1))
-                      if j != i]
-            run("UPDATE conversations SET context = ? WHERE pk = ?",
-                ["\n".join(around), window[i][0]])
+        new = {turn_id for turn_id, _ in turns}
+        first, last = min(ts for _, ts in turns), max(ts for _, ts in turns)
+        where = "FROM conversations WHERE user_id = ? AND session_id = ? AND ts"
+        window = (
+            run(f"SELECT pk, id, content {where} < ? ORDER BY ts DESC, pk DESC LIMIT ?",
+                [user_id, session_id, first, 2 * n])[::-1]
+            + run(f"SELECT pk, id, content {where} >= ? AND ts <= ? ORDER BY ts, pk",
+                  [user_id, session_id, first, last])
+            + run(f"SELECT pk, id, content {where} > ? ORDER BY ts, pk LIMIT ?",
+                  [user_id, session_id, last, 2 * n]))
+        touched = sorted({j for i, row in enumerate(window) if row[1] in new
+                          for j in range(max(0, i - n), min(len(window), i + n + 1))})
+        updates = [(window[i][0], "\n".join(
+            window[j][2] for j in range(max(0, i - n), min(len(window), i + n + 1)) if j != i))
+            for i in touched]
+        for start in range(0, len(updates), APPEND_CHUNK):
+            chunk = updates[start:start + APPEND_CHUNK]
+            run("UPDATE conversations SET context = v.column2 FROM (VALUES "
+                + ", ".join(["(CAST(? AS BIGINT), ?)"] * len(chunk))
+                + ") AS v WHERE conversations.pk = v.column1",
+                [value for pair in chunk for value in pair])
 
     def events(
         self,
@@ -384,6 +449,7 @@ class SQLStore(ABC):
 
     def redact(self, user_id: str, subject_id: str) -> None:
         with self._writing() as run:
+            self._in_ledger_order(run, [user_id])  # the user's lock before any row's
             rows = run("SELECT seq, payload FROM events WHERE user_id = ? AND subject_id = ?",
                        [user_id, subject_id])
             for seq, payload in rows:
@@ -394,6 +460,7 @@ class SQLStore(ABC):
 
     def delete_user(self, user_id: str) -> int:
         with self._writing() as run:
+            self._in_ledger_order(run, [user_id])
             for table in ("knowledge", "conversations"):  # staged copies of their text
                 run(f"DELETE FROM embedding_staging WHERE table_name = '{table}' AND id IN "
                     f"(SELECT id FROM {table} WHERE user_id = ?)", [user_id])
@@ -416,8 +483,7 @@ class SQLStore(ABC):
                            "ORDER BY seq LIMIT 1000", [last])
                 if not rows:
                     break
-                for row in rows:
-                    self._apply(run, event_from_row(row[1:]))
+                self._apply(run, [event_from_row(row[1:]) for row in rows])
                 last = rows[-1][0]
             self._restore_embeddings(run, kept)
             self._rebuild_fts(run)
@@ -452,7 +518,7 @@ class SQLStore(ABC):
     ) -> tuple[list[Item], int]:
         if sort not in SORTABLE:
             raise ValueError(f"cannot sort by {sort!r}")
-        where, params = item_where_sql(user_id, query,
+        where, params = item_where_sql(user_id, query, digest=self._digest_text,
                                        by_id=self._hint_ids and query.ids is not None)
         direction = "DESC" if descending else "ASC"
         nulls = "NULLS LAST" if descending else "NULLS FIRST"    # SQLite's order, everywhere
@@ -470,6 +536,9 @@ class SQLStore(ABC):
 
     _hint_ids = False
     """Whether the dialect reads ``+column`` as "do not use an index for this"."""
+
+    _digest_text = False
+    """Whether exact texts are looked up by ``md5(content)`` (see ``item_where_sql``)."""
 
     _unlimited = ""
     """What stands for "no LIMIT" before an OFFSET in this dialect."""
@@ -663,6 +732,10 @@ class SQLStore(ABC):
         keep = "extraction_claim_until" if until is None else "?"
         try:
             with self._writing() as run:
+                # The user's lock before the rows': the claim's transaction appends
+                # events next (extraction), and a writer holding the user's lock may
+                # be waiting for these rows.
+                self._in_ledger_order(run, [user_id])
                 got = run(
                     f"UPDATE conversations SET extraction_claim = ?, extraction_claim_until = "
                     f"{keep} WHERE user_id = ? AND extraction = 'pending' AND {condition} AND "
@@ -831,6 +904,16 @@ def vector_of(value: Any) -> Vector:
     if isinstance(value, bytes | bytearray | memoryview):
         return np.frombuffer(value, dtype=np.float32)
     return np.asarray(value, dtype=np.float32)
+
+
+@dataclass
+class _Rows:
+    """New rows of one table and column list, waiting to be written together; for
+    conversations, also each new turn's (user, session, id, ts)."""
+
+    shape: tuple[str, tuple[str, ...]] | None = None
+    values: list[list[Any]] = field(default_factory=list)
+    turns: list[tuple[str, str | None, str, str]] = field(default_factory=list)
 
 
 class _NotAll(Exception):

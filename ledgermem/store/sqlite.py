@@ -22,6 +22,7 @@ import numpy as np
 from ..clock import iso, system_clock
 from ..errors import InvalidInput, SchemaMismatch, StorageError
 from ..types import ItemQuery
+from . import vector_file
 from .base import MatchMode, Table, TurnQuery, Vector
 from .migrations import SQLITE_MIGRATIONS, Migration
 from .sql import (
@@ -30,7 +31,7 @@ from .sql import (
     NEIGHBOUR_SMOOTHING,
     Run,
     SQLStore,
-    common_term_rows,
+    common_term_rows_sql,
     embedded_table,
     item_where_sql,
     keyword_hits,
@@ -304,22 +305,34 @@ class SQLiteStore(SQLStore):
 
     def _common_terms(self, fts: str, table: str, terms: Sequence[str]) -> set[str]:
         """The terms held by more rows than ``common_term_rows`` allows (counted in the
-        whole file, as FTS5's BM25 statistics are), each count stopping at the cut-off."""
-        size = self._read(f"SELECT coalesce(max(pk), 0) FROM {table}")[0][0]
-        cutoff = common_term_rows(int(size))
-        return {term for term in set(terms) if self._read(
-            f"SELECT count(*) FROM (SELECT 1 FROM {fts} WHERE {fts} MATCH ? LIMIT ?)",
-            [fts_match_sql([term], "or"), cutoff + 1])[0][0] > cutoff}
+        whole file, as FTS5's BM25 statistics are), each count stopping at the cut-off.
+
+        One statement for every term and the corpus size (a statement per term cost a
+        search 1 + n statements twice, for turns and for the knowledge they gave)."""
+        words = sorted(set(terms))
+        if not words:
+            return set()
+        cutoff, cutoff_params = common_term_rows_sql(
+            f"SELECT coalesce(max(pk), 0) FROM {table}")
+        counts = ", ".join(f"(SELECT count(*) FROM (SELECT 1 FROM {fts} WHERE {fts} "
+                           f"MATCH ? LIMIT {cutoff} + 1))" for _ in words)
+        params: list[Any] = list(cutoff_params)
+        for word in words:
+            params += [fts_match_sql([word], "or"), *cutoff_params]
+        row = self._read(f"SELECT {cutoff}, {counts}", params)[0]
+        return {word for word, count in zip(words, row[1:], strict=True) if count > row[0]}
 
     def redact(self, user_id: str, subject_id: str) -> None:
         with self._writing():
             super().redact(user_id, subject_id)
             self._local.purge = True
+            self._local.committed.append(lambda: self._forget_vectors(user_id, subject_id))
 
     def delete_user(self, user_id: str) -> int:
         with self._writing():
             removed = super().delete_user(user_id)
             self._local.purge = True
+            self._local.committed.append(lambda: self._forget_vectors(user_id))
             self._local.committed.append(self.vacuum)
         return removed
 
@@ -408,20 +421,114 @@ class SQLiteStore(SQLStore):
             "SET value = excluded.value", [str(start + count)])
         return start
 
+    vector_file_rows: int | None = 10_000
+    """Scopes with at least this many vectors keep them in a vector file beside the
+    database (``vector_file``), so a new process maps them instead of reading every
+    BLOB; smaller ones load in well under a second. None: never."""
+
     def _vectors(self, table: Table, user_id: str, dims: int) -> UserVectors:
         """This user's index, topped up with vectors written since it was last read."""
         index = self._indexes[table]
         with index.lock:
             block = index.users.get(user_id)
             if block is None or block.matrix.shape[1] != dims:
-                block = index.users[user_id] = UserVectors(dims)
+                block = index.users[user_id] = self._open_vectors(table, user_id, dims)
             rows = self._read(
                 f"SELECT emb_seq, id, embedding FROM {embedded_table(table)} WHERE user_id = ? AND "
-                "emb_seq > ? AND embedding IS NOT NULL ORDER BY emb_seq", [user_id, block.cursor])
+                "emb_seq > ? ORDER BY emb_seq", [user_id, block.cursor])
             if rows:
-                block.upsert([r[1] for r in rows], [r[2] for r in rows])
+                block.upsert([r[1] for r in rows], [r[2] for r in rows], [r[0] for r in rows])
                 block.cursor = int(rows[-1][0])
+            self._persist_vectors(table, user_id, block)
             return block
+
+    def _stored_seqs(self, table: Table, user_id: str, cursor: int, *, aggregate: bool
+                     ) -> list[tuple[Any, ...]]:
+        """The user's ``emb_seq`` numbers up to ``cursor`` (count and sum when
+        ``aggregate``), from the ``(user_id, emb_seq)`` index alone: no BLOB is read."""
+        what = "count(*), coalesce(sum(emb_seq), 0)" if aggregate else "emb_seq"
+        return self._read(f"SELECT {what} FROM {embedded_table(table)} WHERE user_id = ? AND "
+                          "emb_seq IS NOT NULL AND emb_seq <= ?", [user_id, cursor])
+
+    def _open_vectors(self, table: Table, user_id: str, dims: int) -> UserVectors:
+        """The user's vector file when it matches the store, else an empty block (which
+        the caller fills from the BLOBs).
+
+        The check is exact and reads no BLOB: the file must be of the store's model and
+        dimension, written at or below the store's ``emb_seq`` counter (a store rolled
+        back to an older copy is not the one it was written for), and the numbers the
+        store holds up to the file's cursor must be ones the file accounts for; rows
+        the store no longer holds (forgotten, pruned, re-embedded) stop scoring.
+        Numbers are unique and only grow, so the store's numbers up to the cursor can
+        only lose members: count and sum agreeing means the sets are equal.
+        """
+        if self.vector_file_rows is None:
+            return UserVectors(dims)
+        path = vector_file.file_for(vector_file.vectors_dir(self.path), table, user_id)
+        loaded = vector_file.read(path, table)
+        if loaded is None or loaded.dims != dims:
+            return UserVectors(dims)
+        if (loaded.counter > int(self.get_meta("emb_seq") or 0)
+                or loaded.model != (self.get_meta("embedding_model") or "")):
+            return UserVectors(dims)
+        block = UserVectors.mapped(loaded.matrix, loaded.ids, loaded.seqs, loaded.ghosts,
+                                   loaded.cursor)
+        count, total = self._stored_seqs(table, user_id, block.cursor, aggregate=True)[0]
+        if (int(count), int(total)) != block.accounted():
+            stored = np.asarray([r[0] for r in self._stored_seqs(
+                table, user_id, block.cursor, aggregate=False)], dtype=np.int64)
+            if not block.retain(stored):
+                return UserVectors(dims)
+            block.file_rows = 0  # holds rows the store no longer has: write it again
+        return block
+
+    def _persist_vectors(self, table: Table, user_id: str, block: UserVectors) -> None:
+        """Write the user's vector file when the scope is large enough and the file is
+        missing, holds removed rows or misses many rows. Only rows the store still
+        holds are written, and a file that a concurrent forget made stale is removed."""
+        live = int(block.alive[: block.count].sum())
+        if self.vector_file_rows is None or live < self.vector_file_rows or (
+                block.file_rows and block.count - block.file_rows
+                < max(5_000, block.file_rows // 10)):
+            return
+        stored = np.asarray([r[0] for r in self._stored_seqs(
+            table, user_id, block.cursor, aggregate=False)], dtype=np.int64)
+        if not block.retain(stored):
+            block.file_rows = block.count  # missed rows (never in one store): no file
+            return
+        path = vector_file.file_for(vector_file.vectors_dir(self.path), table, user_id)
+        if not vector_file.write(
+                path, table, model=self.get_meta("embedding_model") or "",
+                matrix=block.matrix[: block.count], keep=block.alive[: block.count],
+                seqs=block.seqs[: block.count], ghosts=block.ghosts, ids=block.ids,
+                cursor=block.cursor, counter=int(self.get_meta("emb_seq") or 0)):
+            block.file_rows = block.count  # read-only location: do not try on every search
+            return
+        # A forget that committed after the numbers above were read may have removed
+        # the file before it was renamed into place: then this file holds that row.
+        count, total = self._stored_seqs(table, user_id, block.cursor, aggregate=True)[0]
+        if (int(count), int(total)) != block.accounted():
+            path.unlink(missing_ok=True)
+        block.file_rows = block.count
+
+    def _forget_vectors(self, user_id: str, row_id: str | None = None) -> None:
+        """After a forget: remove the user's vector files, and stop scoring the row
+        (``row_id``) or drop the user's blocks (the whole user)."""
+        for table, index in self._indexes.items():
+            vector_file.discard(vector_file.vectors_dir(self.path), table, user_id)
+            with index.lock:
+                block = index.users.get(user_id)
+                if block is None:
+                    continue
+                if row_id is None:
+                    del index.users[user_id]
+                else:
+                    block.forget(row_id)
+                    block.file_rows = 0
+
+    def _discard_vector_files(self) -> None:
+        """Every vector file is stale (vectors cleared or another model promoted)."""
+        vector_file.discard_all(vector_file.vectors_dir(self.path))
 
     def _turn_neighbours(self, user_id: str, block: UserVectors) -> None:
         """Give ``block`` each turn's neighbours in its session (positions, -1 for none);
@@ -444,8 +551,9 @@ class SQLiteStore(SQLStore):
 
     def _vector_search(self, table: Table, user_id: str, vector: Vector, where: str,
                        params: list[Any], limit: int) -> list[tuple[str, float]]:
-        """Exact cosine ranking of the user's vectors, then the SQL filters on growing
-        slices of that ranking until ``limit`` rows pass (or every row was tried).
+        """Cosine ranking of the user's vectors (exact, or in two stages for a large
+        scope: ``UserVectors.shortlist``), then the SQL filters on growing slices of
+        that ranking until ``limit`` rows pass (or every row was tried).
 
         Turns are scored with their neighbours (see ``NEIGHBOUR_SMOOTHING``)."""
         query = np.asarray(vector, dtype=np.float32)
@@ -456,7 +564,21 @@ class SQLiteStore(SQLStore):
         with self._indexes[table].lock:
             if smoothing:
                 self._turn_neighbours(user_id, block)
-            scores = block.scores(query, smoothing)
+            scores = None if smoothing else block.shortlist(query)
+            exact = scores is None
+            if scores is None:
+                scores = block.scores(query, smoothing)
+        found = self._filtered(table, block, scores, where, params, limit)
+        if len(found) < limit and not exact:  # filters left too few of the shortlist
+            with self._indexes[table].lock:
+                scores = block.scores(query, smoothing)
+            found = self._filtered(table, block, scores, where, params, limit)
+        return found
+
+    def _filtered(self, table: Table, block: UserVectors, scores: Any, where: str,
+                  params: list[Any], limit: int) -> list[tuple[str, float]]:
+        """The best-scored rows that pass the SQL filters, reading growing slices of
+        the ranking until ``limit`` rows pass (or every scored row was tried)."""
         found: list[tuple[str, float]] = []
         start, step = 0, max(limit * 4, 64)
         while len(found) < limit and start < block.count:
@@ -493,6 +615,7 @@ class SQLiteStore(SQLStore):
             return False
         for index in self._indexes.values():
             index.reset()
+        self._discard_vector_files()
         return True
 
     def _emb_seq_sql(self, run: Run, table: str) -> tuple[str, list[Any]]:
@@ -506,6 +629,7 @@ class SQLiteStore(SQLStore):
                     "emb_seq = NULL", [])
         for index in self._indexes.values():
             index.reset()
+        self._discard_vector_files()
 
     def _embedding_cache(self, run: Run) -> list[tuple[str, str, bytes, str, int]]:
         return [

@@ -230,7 +230,8 @@ def trace_in_sqlite_file(memory: Memory, text: str) -> int:
     with raw(path) as conn:
         busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
     assert busy == 0, "the checkpoint could not finish: the WAL was not emptied"
-    return sum(p.read_bytes().count(text.encode()) for p in path.parent.glob(path.name + "*"))
+    return sum(p.read_bytes().count(text.encode())
+               for p in path.parent.glob(path.name + "*") if p.is_file())
 
 
 ISOLATION = settings(max_examples=int(os.environ.get("ISOLATION_EXAMPLES", "6")),

@@ -1,0 +1,164 @@
+"""``remember_many``: many items in one transaction, each deduplicated as ``remember``
+would, checked before anything is written; and bulk ``add_turns`` keeping the views
+equal to what one write at a time leaves (both stores through the ``mem`` fixture)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from ledgermem import AsyncMemory, InvalidInput, Memory, UserMemory
+from ledgermem.store.sql import SQLStore
+from tests.support import FakeClock
+
+TEXTS: list[Any] = [
+    "Likes green tea in the morning",
+    "Owns a red bicycle",
+    "Likes green tea in the morning",          # the same text again: merged
+    "Owns a red bicycle.",                     # a restatement: merged
+    {"content": "Owns a red bicycle", "category": "preference"},  # another category
+    "Does not own a red bicycle",              # a negation is another fact
+    {"content": "Flies to Lisbon on Monday", "entity": "place:lisbon", "sensitive": True},
+    {"content": "Flies to Lisbon on Tuesday", "entity": "place:lisbon"},  # a date differs
+]
+
+
+def _shape(items: list[Any]) -> list[tuple[str, str, str | None, int]]:
+    """What each entry did, and which entries share an item (by first position)."""
+    first: dict[str, int] = {}
+    return [(i.written, i.category, i.entity, first.setdefault(i.id, n))
+            for n, i in enumerate(items)]
+
+
+def _state(user: UserMemory) -> list[tuple[str, str, str, bool, float]]:
+    listed = user.all_knowledge(limit=None, include_superseded=True)["items"]
+    return sorted((i.category, i.context, i.content, i.sensitive, i.confidence)
+                  for i in listed)
+
+
+def test_remember_many_matches_one_remember_at_a_time(mem: Memory) -> None:
+    one, many = mem.for_user("one"), mem.for_user("many")
+    for user in (one, many):
+        user.remember("Likes green tea in the morning", confidence=0.5)
+    expected = [one.remember(entry) if isinstance(entry, str) else one.remember(**entry)
+                for entry in TEXTS]
+    got = many.remember_many(TEXTS)
+    assert _shape(got) == _shape(expected)
+    assert [i.written for i in got] == ["merged", "added", "merged", "merged", "added",
+                                        "added", "added", "added"]
+    # Entries that end up as one item return that item, as stored at the end.
+    assert got[1].id == got[3].id and got[1].content == "Owns a red bicycle."
+    assert got[0].id == got[2].id
+    assert _state(many) == _state(one)
+    assert mem.verify()["problems"] == []
+
+
+def test_items_come_back_in_input_order_with_every_field(alice: UserMemory) -> None:
+    entries: list[Any] = [
+        {"content": f"Measurement {n} of the west tank reads {n * 7} litres",
+         "category": "note", "context": "work", "entity": "tank:west", "confidence": 0.6,
+         "metadata": {"n": n}, "due_at": "2026-07-01T09:00:00+00:00", "reason": "import",
+         "source": "tool", "domain": "plant", "valid_from": f"2026-01-0{n % 9 + 1}T00:00:00+00:00"}
+        for n in range(30)]
+    items = alice.remember_many(entries)
+    assert [i.metadata["n"] for i in items] == list(range(30))
+    assert all(i.written == "added" for i in items)
+    first = alice.get(items[0].id)
+    assert (first.category, first.context, first.entity, first.confidence, first.source,
+            first.domain) == ("note", "work", "tank:west", 0.6, "tool", "plant")
+    assert first.due_at is not None and first.due_at.startswith("2026-07-01T09:00:00")
+    assert first.valid_from is not None and first.valid_from.startswith("2026-01-01T00:00")
+    assert alice.history(items[0].id)[0].payload.get("reason") == "import"
+    assert alice.stats()["items"] == 30
+
+
+def test_dedup_false_adds_every_entry(alice: UserMemory) -> None:
+    items = alice.remember_many(["Owns a red bicycle"] * 3, dedup=False)
+    assert len({i.id for i in items}) == 3 and {i.written for i in items} == {"added"}
+
+
+@pytest.mark.parametrize(("entries", "message"), [
+    (["fine", ""], "item 1: "),
+    (["fine", {"content": "x", "category": "gossip"}], "item 1: "),
+    (["fine", "also fine", {"content": "x", "colour": "red"}], "item 2: unknown field"),
+    ([{"category": "fact"}], "item 0: content is required"),
+    (["fine", 42], "item 1: expected a text"),
+    (["fine", {"content": "x", "confidence": 3}], "item 1: "),
+    (["fine", {"content": "x", "due_at": "whenever the moon is blue"}], "item 1: "),
+    (["fine", {"content": "x", "metadata": ["not", "an", "object"]}], "item 1: "),
+    ("just one text", "entries must be a list"),
+])
+def test_a_bad_entry_is_named_and_nothing_is_written(
+        alice: UserMemory, entries: Any, message: str) -> None:
+    alice.remember("Already here")
+    before = (alice.stats()["events"], _state(alice))
+    with pytest.raises(InvalidInput, match=message):
+        alice.remember_many(entries)
+    assert (alice.stats()["events"], _state(alice)) == before
+
+
+def test_an_empty_batch_writes_nothing(alice: UserMemory) -> None:
+    assert alice.remember_many([]) == []
+    assert alice.stats()["events"] == 0
+
+
+def test_a_store_error_midway_leaves_nothing(alice: UserMemory) -> None:
+    # NUL passes the checks on SQLite and is refused by PostgreSQL's driver, so only
+    # the checks that both stores make are relied on here: a lone surrogate.
+    with pytest.raises(InvalidInput, match="item 2"):
+        alice.remember_many(["one", "two", "bad \ud800 text"])
+    assert alice.stats()["items"] == 0
+
+
+def test_a_large_batch_spans_chunks_and_verifies(mem: Memory) -> None:
+    alice = mem.for_user("alice")
+    texts = [f"Crate {n} holds {n % 13} jars of quince jam from shelf {n // 10}"
+             for n in range(1_000)]
+    items = alice.remember_many(texts)
+    assert len({i.id for i in items}) == 1_000
+    assert alice.stats()["items"] == 1_000
+    found = alice.search("quince jam crate 417", top_k=1)[0].item
+    assert found is not None and found.content == texts[417]
+    again = alice.remember_many(texts[:10])
+    assert [i.id for i in again] == [i.id for i in items[:10]]
+    assert {i.written for i in again} == {"merged"}
+    assert mem.verify()["problems"] == []
+
+
+def _contexts(mem: Memory, user: str) -> list[tuple[str, str]]:
+    store = mem.store
+    assert isinstance(store, SQLStore)
+    rows = store._read("SELECT content, context FROM conversations WHERE user_id = ? "
+                       "ORDER BY ts, pk", [user])
+    return [(str(r[0]), str(r[1])) for r in rows]
+
+
+def test_bulk_add_turns_leaves_the_neighbour_text_one_turn_at_a_time_leaves(
+        mem: Memory, clock: FakeClock) -> None:
+    turns: list[dict[str, Any]] = [
+        {"role": "user" if n % 2 else "assistant", "content": f"message {n} about kites"}
+        for n in range(12)]
+    turns[5]["at"] = "2020-01-01T00:00:00+00:00"   # said long before the rest
+    turns[8]["at"] = turns[5]["at"]                 # at the same moment
+    for user in ("single", "bulk"):
+        mem.for_user(user).add_turns([{"role": "user", "content": "earlier hello"}],
+                                     session_id="s")
+    clock.advance(seconds=60)
+    for turn in turns:
+        mem.for_user("single").add_turn(turn["role"], turn["content"], session_id="s",
+                                        at=turn.get("at"))
+    mem.for_user("bulk").add_turns(turns, session_id="s")
+    assert _contexts(mem, "bulk") == _contexts(mem, "single")
+    assert mem.verify()["problems"] == []
+
+
+def test_remember_many_has_an_async_twin(tmp_path: Path, clock: FakeClock) -> None:
+    async def main() -> list[str | None]:
+        async with AsyncMemory.open(tmp_path / "a.db", embedder=None, clock=clock) as amem:
+            items = await amem.for_user("alice").remember_many(["Owns a kite", "Owns a kite"])
+            return [i.written for i in items]
+
+    assert anyio.run(main) == ["added", "merged"]
