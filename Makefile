@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run demo test lint browser bench bench-server clean
+.PHONY: run demo test lint browser bench bench-server bench-mem0 clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ bench: $(STAMP)
 
 bench-server: $(STAMP)
 	$(PY) -m bench.server_load
+
+# mem0 OSS beside ledgermem on LoCoMo; builds .bench/mem0-venv on its first run.
+bench-mem0: $(STAMP)
+	$(PY) -m bench.mem0_side
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
