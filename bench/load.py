@@ -31,8 +31,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -45,7 +44,7 @@ from ledgermem.store.base import TurnQuery
 from ledgermem.testing import HashEmbedder
 from ledgermem.types import ItemQuery
 
-from .stores import Backend, Stores
+from .stores import Backend, stores_for
 
 __all__ = ["USERS", "check_load", "load_process", "run_load"]
 
@@ -239,33 +238,6 @@ def figures(run: dict[str, Any]) -> dict[str, Any]:
             "by_call": {op: pct(merged((op,))) for op in (*READS, *WRITES)}}
 
 
-@contextmanager
-def _stores(backend: Backend, postgres: str | None) -> Iterator[Stores | None]:
-    if backend == "sqlite":
-        with tempfile.TemporaryDirectory(prefix="ledgermem-load-") as folder:
-            yield Stores("sqlite", folder)
-        return
-    if postgres:
-        made = Stores("postgres", postgres)
-        try:
-            yield made
-        finally:
-            made.close()
-        return
-    from .stores import private_postgres
-
-    server = private_postgres()
-    try:
-        url = server.__enter__()
-    except RuntimeError:
-        yield None
-        return
-    try:
-        yield Stores("postgres", url)
-    finally:
-        server.__exit__(None, None, None)
-
-
 def main() -> int:
     from rich.console import Console
 
@@ -287,7 +259,7 @@ def main() -> int:
                     "sqlite": sqlite3.sqlite_version},
         "processes": args.processes, "threads": args.threads, "ops": args.ops, "runs": []}
     for backend in backends:
-        with _stores(backend, args.postgres) as stores, \
+        with stores_for(backend, args.postgres, "ledgermem-load-") as stores, \
                 tempfile.TemporaryDirectory() as folder:
             if stores is None:
                 console.print("skipping PostgreSQL: none could be started")

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from urllib.parse import quote, urlsplit, urlunsplit
 
 __all__ = ["Backend", "Stores", "integrity_problems", "is_postgres", "private_postgres",
-           "with_search_path"]
+           "stores_for", "with_search_path"]
 
 Backend = Literal["sqlite", "postgres"]
 
@@ -123,6 +123,34 @@ def private_postgres() -> Iterator[str]:
             server.cleanup()
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+@contextmanager
+def stores_for(backend: Backend, postgres: str | None, prefix: str
+               ) -> Iterator[Stores | None]:
+    """Where a benchmark makes its stores: a temporary folder (SQLite), the database at
+    ``postgres``, or a private PostgreSQL; None when no PostgreSQL can be started."""
+    if backend == "sqlite":
+        with tempfile.TemporaryDirectory(prefix=prefix) as folder:
+            yield Stores("sqlite", folder)
+        return
+    if postgres:
+        made = Stores("postgres", postgres)
+        try:
+            yield made
+        finally:
+            made.close()
+        return
+    server = private_postgres()
+    try:
+        url = server.__enter__()
+    except RuntimeError:
+        yield None
+        return
+    try:
+        yield Stores("postgres", url)
+    finally:
+        server.__exit__(None, None, None)
 
 
 def _database(admin_url: str) -> str:

@@ -24,10 +24,7 @@ import json
 import platform
 import sqlite3
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -45,7 +42,7 @@ from ledgermem.memory import open_store
 from ledgermem.providers.embedders import Embedder, embedder_from_name, normalise
 from ledgermem.types import START_CONFIDENCE, Item, Scope
 
-from .stores import Backend, Stores
+from .stores import Backend, Stores, stores_for
 
 __all__ = ["measure_writes"]
 
@@ -169,32 +166,6 @@ def measure_writes(stores: Stores, *, full: int, calls: int, batch_items: int, b
     return run
 
 
-@contextmanager
-def _stores(backend: Backend, postgres: str | None) -> Iterator[Stores | None]:
-    if backend == "sqlite":
-        with tempfile.TemporaryDirectory(prefix="ledgermem-writes-") as folder:
-            yield Stores("sqlite", folder)
-        return
-    if postgres:
-        made = Stores("postgres", postgres)
-        try:
-            yield made
-        finally:
-            made.close()
-        return
-    from .stores import private_postgres
-
-    try:
-        with private_postgres() as url:
-            made = Stores("postgres", url)
-            try:
-                yield made
-            finally:
-                made.close()
-    except RuntimeError:
-        yield None
-
-
 def show(report: dict[str, Any]) -> None:
     """Print a writes report's table (items per second)."""
     table = Table(title=f"writes, items/s ({report['date']}; batches of {report['batch']})")
@@ -241,7 +212,7 @@ def main() -> int:
         "calls": args.calls, "batch_items": args.batch_items, "batch": args.batch,
         "runs": []}
     for backend in backends:
-        with _stores(backend, args.postgres) as stores:
+        with stores_for(backend, args.postgres, "ledgermem-writes-") as stores:
             if stores is None:
                 console.print("skipping PostgreSQL: none could be started")
                 continue
