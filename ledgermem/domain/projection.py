@@ -19,7 +19,15 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..types import Event, Item
-from .events import CHANGE_KINDS, CONTENT_KINDS, PROPOSAL_KINDS, ItemAdded, ItemChanged, Kind
+from .events import (
+    CHANGE_KINDS,
+    CONTENT_KINDS,
+    PROPOSAL_KINDS,
+    ItemAdded,
+    ItemChanged,
+    Kind,
+    item_row,
+)
 
 __all__ = ["Add", "Change", "Delete", "Insert", "Scale", "Update", "changes_text",
            "project", "replay"]
@@ -81,7 +89,7 @@ def project(event: Event) -> list[Change]:
     if kind in PROPOSAL_KINDS:
         return []  # the review queue is read from the ledger (review.py), never a view
     if kind == Kind.MEMORY_ADDED:
-        return [Insert("knowledge", dataclasses.asdict(ItemAdded.parse(data)))]
+        return [Insert("knowledge", item_row(ItemAdded.parse(data)))]
     if kind in CHANGE_KINDS:
         changes = ItemChanged.parse(data)
         if not changes or event.subject_id is None:
