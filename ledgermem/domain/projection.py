@@ -29,7 +29,7 @@ from .events import (
     item_row,
 )
 
-__all__ = ["Add", "Change", "Delete", "Insert", "Scale", "Update", "changes_text",
+__all__ = ["Add", "Change", "Delete", "Insert", "Scale", "Update", "apply_change", "changes_text",
            "project", "replay"]
 
 ViewTable = Literal["knowledge", "conversations", "tool_history", "llm_calls", "comparisons"]
@@ -165,11 +165,12 @@ def replay(events: Iterable[Event], until: str) -> dict[str, Item]:
             continue
         for change in project(event):
             if change.table == "knowledge":
-                _apply(items, change)
+                apply_change(items, change)
     return {item_id: item for item_id, item in items.items() if item_id not in forgotten}
 
 
-def _apply(items: dict[str, Item], change: Change) -> None:
+def apply_change(items: dict[str, Item], change: Change) -> None:
+    """Make ``change`` (to the knowledge view) in ``items``, keyed by id."""
     if isinstance(change, Insert):
         item = Item(**{k: v for k, v in change.values.items() if k in _ITEM_FIELDS})
         items[item.id] = item

@@ -14,15 +14,15 @@ facade.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
 from ..clock import Clock, iso, new_id
 from ..errors import InvalidInput, NotFound
 from ..retrieval.keyword import query_terms, word_set
-from ..store.base import Store
+from ..store.base import Store, iter_chunks
 from ..types import CATEGORIES, SOURCES, START_CONFIDENCE, Event, Item, ItemQuery, Scope
 from ..validation import (
     check_choice,
@@ -47,7 +47,7 @@ from .planners import (
     plan_restore,
     plan_revise,
 )
-from .projection import Update, project, value_of
+from .projection import Update, apply_change, project
 
 __all__ = ["Batch", "Draft", "ItemWriter"]
 
@@ -163,9 +163,9 @@ class ItemWriter:
                                                           draft.entity)) if merge else None
                 batch.add(draft, twin)
             self.store.append(batch.events)
-            stored = {item.id: item for ids in _chunks(list(dict.fromkeys(batch.ids)))
+            stored = {item.id: item for ids in iter_chunks(list(dict.fromkeys(batch.ids)))
                       for item in self.store.query_items(
-                          scope.user_id, ItemQuery(ids=ids, include_superseded=True))[0]}
+                          scope.user_id, ItemQuery(ids=tuple(ids), include_superseded=True))[0]}
         if batch.rewrote:
             self.written()
         return [replace(stored[item_id], written=written)
@@ -367,12 +367,12 @@ class Batch:
         """Plan ``draft`` (merged into ``twin``, or new) and note the item it leaves."""
         events, item = _plan(self.scope, draft, twin, self.now)
         self.events += events
+        changed = {item.id: item}
         for event in events:
             for change in project(event):
                 if isinstance(change, Update) and change.table == "knowledge":
-                    item = replace(item, **{name: value_of(getattr(item, name), value)
-                                            for name, value in change.values.items()
-                                            if name in _ITEM_FIELDS})
+                    apply_change(changed, change)
+        item = changed[item.id]
         self._items[item.id] = item
         self._words[item.id] = word_set(item.content)
         for word in query_terms(item.content, max_terms=512):
@@ -382,8 +382,6 @@ class Batch:
         self.written.append("added" if twin is None else "merged")
         self.rewrote = self.rewrote or twin is None or draft.text != twin.content
 
-
-_ITEM_FIELDS = frozenset(f.name for f in fields(Item))
 
 
 def _check_entries(entries: Any) -> list[Mapping[str, Any]]:
@@ -400,7 +398,3 @@ def _check_entries(entries: Any) -> list[Mapping[str, Any]]:
         checked.append(entry)
     return checked
 
-
-def _chunks(ids: Sequence[str], size: int = 500) -> Iterator[tuple[str, ...]]:
-    for start in range(0, len(ids), size):
-        yield tuple(ids[start:start + size])
