@@ -409,11 +409,11 @@ class PostgresStore(SQLStore):
         """``VACUUM FULL`` of every table (outside a transaction, as PostgreSQL needs),
         then a ``CHECKPOINT`` where the role may run one. Deleted rows' bytes stay in a
         table's files until it is rewritten (docs/reliability.md)."""
-        with _translated("cannot vacuum"), psycopg.connect(
-                self._conninfo, autocommit=True) as conn:
-            if self._search_path:
-                conn.execute("SELECT set_config('search_path', %s, false)",
-                             [self._search_path])
+        if self._closed:
+            raise StorageError("the store is closed")
+        # A pool connection: autocommit (VACUUM refuses a transaction block), on the
+        # store's search path.
+        with _translated("cannot vacuum"), self._pool.connection() as conn:
             for table in VACUUM_TABLES:
                 conn.execute(pgsql.SQL("VACUUM FULL {}").format(pgsql.Identifier(table)))
             # Without the privilege the server's next checkpoint writes the files.
