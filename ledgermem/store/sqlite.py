@@ -486,10 +486,12 @@ class SQLiteStore(SQLStore):
         """Write the user's vector file when the scope is large enough and the file is
         missing, holds removed rows or misses many rows. Only rows the store still
         holds are written, and a file that a concurrent forget made stale is removed."""
-        live = int(block.alive[: block.count].sum())
-        if self.vector_file_rows is None or live < self.vector_file_rows or (
+        # Runs on every vector search: the checks that need no pass over the rows first.
+        if self.vector_file_rows is None or block.count < self.vector_file_rows or (
                 block.file_rows and block.count - block.file_rows
                 < max(5_000, block.file_rows // 10)):
+            return
+        if int(block.alive[: block.count].sum()) < self.vector_file_rows:
             return
         stored = np.asarray([r[0] for r in self._stored_seqs(
             table, user_id, block.cursor, aggregate=False)], dtype=np.int64)
