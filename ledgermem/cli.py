@@ -12,11 +12,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 import importlib
+import io
 import json
 import logging
 import os
+import re
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, NoReturn, TypeVar
@@ -399,6 +401,63 @@ def remember(obj: Context, content: str, category: str, source: str, context: st
     obj.emit(item, lambda: obj.console.print(_item_line(verb, item)))
 
 
+@command(main, "remember-many")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
+@click.option("--no-dedup", is_flag=True,
+              help="Add every entry, even one that restates a stored item or an earlier entry.")
+def remember_many(obj: Context, file: str, no_dedup: bool) -> None:
+    """Store the entries of FILE (or - for stdin) in one transaction: a JSON list, or
+    JSON Lines, of texts or objects with "content" and remember's fields ("category",
+    "context", "entity", "sensitive", "due_at", "metadata"…). Each entry is
+    deduplicated as `remember` would; a bad entry stores nothing."""
+    wheres: list[str] = []
+    try:
+        with click.open_file(file, "r", encoding="utf-8") as source:
+            entries = _read_entries(source.read(), file)
+        wheres = [where for where, _ in entries]
+        items = obj.handle(create=True).remember_many(
+            [entry for _, entry in entries], dedup=False if no_dedup else None)
+    except InvalidInput as exc:
+        raise InvalidInput(f"{_located(str(exc), wheres)}; nothing was stored") from exc
+    obj.settle()
+    merged = sum(item.written == "merged" for item in items)
+    obj.emit(items, lambda: obj.console.print(
+        f"remembered {len(items)} entries: added {len(items) - merged}, merged {merged}"))
+
+
+def _read_entries(text: str, name: str) -> list[tuple[str, Any]]:
+    """The entries of a ``remember-many`` file, each with where it is in the file: a
+    JSON list when the text starts with ``[``, else JSON Lines."""
+    if text.lstrip().startswith("["):
+        document: list[Any] = _json(text, name)
+        entries = [(f"{name}, item {n}", entry) for n, entry in enumerate(document)]
+    else:
+        entries = [(where, _json(line.strip(), where))
+                   for where, line in _json_lines(io.StringIO(text), name)]
+    if not entries:
+        raise InvalidInput(f"{name} holds no entries")
+    return entries
+
+
+def _json(text: str, where: str) -> Any:
+    """``text`` decoded as JSON, or InvalidInput naming ``where``."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        at = f" at line {exc.lineno}, column {exc.colno}" if "\n" in text else ""
+        raise InvalidInput(f"{where}: not JSON ({exc.msg}{at})") from exc
+    except RecursionError as exc:  # the decoder recurses once per [ or {
+        raise InvalidInput(f"{where}: JSON nested too deeply to read") from exc
+
+
+def _located(message: str, wheres: Sequence[str]) -> str:
+    """``remember_many``'s "item N: …" with where entry N is in the file instead."""
+    found = re.fullmatch(r"item (\d+): (.*)", message, re.DOTALL)
+    if found is None or int(found[1]) >= len(wheres):
+        return message
+    return f"{wheres[int(found[1])]}: {found[2]}"
+
+
 @command(main)
 @click.argument("query")
 @click.option("--top-k", "-k", type=click.IntRange(1, 10_000), default=5, show_default=True)
@@ -621,14 +680,18 @@ def add_turns(obj: Context, file: str, session_id: str | None, infer: bool) -> N
 def _read_turns(source: IO[str], name: str) -> list[dict[str, Any]]:
     from .transfer import parse_object_line
 
-    turns = []
-    for number, line in enumerate(source, start=1):
-        if not line.strip():
-            continue
-        turns.append(parse_object_line(line, f"{name}, line {number}"))
+    turns = [parse_object_line(line, where) for where, line in _json_lines(source, name)]
     if not turns:
         raise InvalidInput(f"{name} holds no turns")
     return turns
+
+
+def _json_lines(lines: Iterable[str], name: str) -> Iterator[tuple[str, str]]:
+    """The lines of a JSON Lines file that are not blank, each with where it is
+    (``FILE, line N``, for messages)."""
+    for number, line in enumerate(lines, start=1):
+        if line.strip():
+            yield f"{name}, line {number}", line
 
 
 # housekeeping -----------------------------------------------------------------------

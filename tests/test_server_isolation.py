@@ -50,6 +50,9 @@ class Case:
 CASES = [
     # knowledge
     Case("POST", "/v1/memories", status(201), {"json": {"content": "Bob's own note"}}),
+    Case("POST", "/v1/memories/batch", lambda r: r.status_code == 201 and [
+        (i["user_id"], i["written"]) for i in r.json()["items"]] == [("bob", "merged")],
+        {"json": {"items": [{"content": "Bob's own note"}]}}),  # merged into his own note
     Case("GET", "/v1/memories", lambda r: r.json()["total"] == 1),  # bob's own note only
     Case("DELETE", "/v1/memories", lambda r: r.json() == {"count": 0},
          {"params": {"source": "tool"}}),
@@ -101,7 +104,7 @@ CASES = [
     # observability
     Case("GET", "/v1/stats", lambda r: (r.json()["items"], r.json()["turns"]) == (1, 1)),
     Case("GET", "/v1/status", lambda r: r.json()["extraction"]["pending"] == 0),
-    Case("GET", "/v1/timeline", lambda r: sum(row["count"] for row in r.json()) <= 5),
+    Case("GET", "/v1/timeline", lambda r: sum(row["count"] for row in r.json()) <= 6),
     Case("GET", "/v1/entities", empty),
     Case("GET", "/v1/contexts", lambda r: [f["value"] for f in r.json()] in ([], ["global"])),
     Case("GET", "/v1/errors/recent", lambda r: r.json() == {"items": [], "tool_calls": []}),

@@ -36,8 +36,10 @@ __all__ = [
     "InvalidateRequest",
     "ItemOut",
     "ItemPage",
+    "ItemsOut",
     "KeyInfoOut",
     "LLMUsageOut",
+    "MemoryEntry",
     "OwnKeyRequest",
     "PrincipalOut",
     "ProposalOut",
@@ -49,6 +51,7 @@ __all__ = [
     "ReflectOut",
     "ReflectionDueOut",
     "RejectRequest",
+    "RememberManyRequest",
     "RememberRequest",
     "ResetDiscoveryOut",
     "RestoreRequest",
@@ -75,6 +78,8 @@ Role = Literal["user", "assistant", "system", "tool"]
 TimeModeName = Literal["boost", "filter", "off"]
 Visibility = Literal["private", "global"]
 MAX_LIMIT = 10_000
+MAX_BATCH = 1_000
+"""The most entries one ``POST /v1/memories/batch`` takes (about a second of writing)."""
 
 assert Category.__args__ == CATEGORIES and Source.__args__ == SOURCES  # type: ignore[attr-defined]
 
@@ -140,8 +145,9 @@ class ItemPage(BaseModel):
     limit: int | None
 
 
-class RememberRequest(_Request):
-    """A knowledge item to store verbatim (see ``UserMemory.remember``)."""
+class MemoryEntry(_Request):
+    """A knowledge item to store verbatim: ``remember``'s fields but ``dedup`` (one entry
+    of a batch; ``RememberRequest`` adds ``dedup``)."""
 
     content: str = Field(min_length=1, description="At most 2,000 characters are kept; "
                          "longer text is cut and flagged in metadata.")
@@ -157,8 +163,31 @@ class RememberRequest(_Request):
     metadata: dict[str, Any] | None = None
     valid_from: str | None = _when()
     reason: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
+
+
+class RememberRequest(MemoryEntry):
+    """A knowledge item to store verbatim (see ``UserMemory.remember``)."""
+
     dedup: bool | None = Field(default=None, description="False always adds; default: "
                                "refresh the active item this text restates.")
+
+
+class RememberManyRequest(_Request):
+    """Knowledge items stored in one transaction (see ``UserMemory.remember_many``): all
+    of them, or none when one is refused. An empty list stores nothing."""
+
+    items: list[MemoryEntry] = Field(max_length=MAX_BATCH, description=(
+        f"At most {MAX_BATCH:,} entries, each deduplicated against what is stored and the "
+        "entries before it."))
+    dedup: bool | None = Field(default=None, description="False always adds; default: "
+                               "refresh the active item an entry restates.")
+
+
+class ItemsOut(BaseModel):
+    """Items in the order of the request's entries (two entries merged into one item
+    return it twice, as stored at the end)."""
+
+    items: list[ItemOut]
 
 
 class UpdateRequest(_Request):

@@ -1,6 +1,7 @@
-"""Knowledge items: remember, list, get, update, revise, invalidate, restore, forget,
-history, search (every filter and ``as_of``), and search across knowledge and
-conversations. Each route is one call of ``AsyncUserMemory``."""
+"""Knowledge items: remember (one, or many in one transaction), list, get, update,
+revise, invalidate, restore, forget, history, search (every filter and ``as_of``), and
+search across knowledge and conversations. Each route is one call of
+``AsyncUserMemory``."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from ..models import (
     InvalidateRequest,
     ItemOut,
     ItemPage,
+    ItemsOut,
+    RememberManyRequest,
     RememberRequest,
     RestoreRequest,
     ReviseRequest,
@@ -55,6 +58,16 @@ async def remember(body: RememberRequest, memory: Handle) -> ItemOut:
     (``written`` says which)."""
     item = await memory.remember(**body.model_dump())
     return ItemOut.model_validate(item)
+
+
+@router.post("/memories/batch", status_code=201, summary="Remember many")
+async def remember_many(body: RememberManyRequest, memory: Handle) -> ItemsOut:
+    """Store many items in one transaction, each deduplicated as a remember would be
+    (against what is stored and the entries before it); the items come back in the
+    entries' order, each with ``written``. A bad entry answers 422 naming its index
+    (``item 3: …``, or the field's path ``body.items.3.…``) and nothing is stored."""
+    entries = [entry.model_dump() for entry in body.items]
+    return ItemsOut(items=_items(await memory.remember_many(entries, dedup=body.dedup)))
 
 
 @router.get("/memories", summary="List")
