@@ -188,9 +188,9 @@ def test_remember_many_with_dedup_writes_once_and_reads_a_bounded_amount_per_ite
         assert [s.split()[0] for s in writes(small)] == [
             s.split()[0] for s in writes(large)] == [
             "BEGIN", "SAVEPOINT", "INSERT", "INSERT", "RELEASE", "COMMIT"]
-        # Per entry, remember's dedup lookup (the common-term counts, the keyword
-        # candidates, the exact text, one batched read of the candidates), no more.
-        assert (len(large) - len(small)) / 20 <= 5
+        # Per entry two statements: its keyword candidates and its exact text. Every
+        # word's count and the candidates' rows are read once for the whole batch.
+        assert (len(large) - len(small)) / 20 == 2
 
 
 def test_bulk_add_turns_costs_the_same_for_ten_turns_or_three_hundred(

@@ -12,7 +12,7 @@ deploy on Fridays" / "Deploy on Fridays"), a number, dose, version or id ("20mg"
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
 from ..retrieval.keyword import STOPWORDS, query_terms, word_set
@@ -91,12 +91,16 @@ def twin_of(text: str, category: str, context: str, entity: str | None,
     return None
 
 
-def dedup_terms(text: str) -> Sequence[str]:
-    """Words a near-duplicate must contain at least one of.
+def dedup_terms(text: str, counts: Mapping[str, int] | None = None) -> Sequence[str]:
+    """Words a near-duplicate must contain two of (all, when there are fewer than three).
 
-    An item holding more than 80% of this text's words misses fewer than a fifth of
-    them, so it contains one of any ``⌈n/5⌉ + 1`` of them; the longest are chosen, as
-    longer words are rarer and make the keyword query cheap.
+    An item holding more than 80% of this text's ``n`` words misses at most ``n // 5``
+    of them, so it holds at least two of any ``n // 5 + 2``. With ``counts`` (rows
+    holding each word, ``Store.term_counts``) the rarest are chosen, so the keyword
+    lookup reads the fewest postings; without, the longest, as longer words tend to be
+    rarer.
     """
     terms = sorted(query_terms(text, max_terms=512), key=lambda w: (-len(w), w))
+    if counts is not None:
+        terms.sort(key=lambda w: counts.get(w, 0))  # stable: ties stay longest first
     return terms[: max(3, len(terms) // 5 + 2)]

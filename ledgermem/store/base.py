@@ -61,7 +61,7 @@ __all__ = [
 ]
 
 Vector = npt.NDArray[np.float32]
-MatchMode = Literal["and", "or"]
+MatchMode = Literal["and", "or", "two"]
 Table = Literal["knowledge", "conversations"]
 
 
@@ -280,10 +280,19 @@ class TextIndex(Protocol):
     ) -> list[tuple[str, float]]:
         """Full-text search over knowledge content and entity, best first.
 
-        ``and``: the rows holding every term, by BM25. ``or``: the rows holding some
-        term: by BM25 over the terms that are not common (``sql.COMMON_TERM_SHARE``),
-        then the newest rows holding a common term (score 0).
+        ``and``: the rows holding every term, by BM25. ``two``: the rows holding at
+        least two of the terms (one, when only one is given), by BM25. ``or``: the rows
+        holding some term: by BM25 over the terms that are not common
+        (``sql.COMMON_TERM_SHARE``), then the newest rows holding a common term (score 0).
         """
+
+    @scoped_to_user
+    def term_counts(self, user_id: str, table: Table, terms: Sequence[str]
+                    ) -> tuple[int, dict[str, int]]:
+        """How many rows hold each of ``terms``, counted as keyword search counts them
+        (SQLite: in the whole file; PostgreSQL: this user's rows), each count stopping
+        past the cut-off above which a term is common; returns (cut-off, counts). A
+        term's count above the cut-off makes it common."""
 
     @scoped_to_user
     def keyword_search_turns(

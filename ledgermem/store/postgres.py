@@ -132,6 +132,8 @@ fetched by ``pk`` alone in a subquery that ``OFFSET 0`` keeps the filters out of
 ``user_id = ?`` and a one-row estimate, the planner scanned the user's rows instead)."""
 _LEXEMES = "tsvector_to_array(to_tsvector('ledgermem_english', ?))"
 _ALL_WORDS = f"HAVING count(*) = (SELECT cardinality({_LEXEMES}))"  # once, not per row
+_TWO_WORDS = "HAVING count(*) >= 2"
+"""A row's postings of the query's lexemes, one per lexeme: two of them, ``two``'s rows."""
 _NEWEST_SQL = """
 SELECT t.id FROM {table} AS t WHERE {where} AND EXISTS (
     SELECT 1 FROM {table}_terms AS p WHERE p.pk = t.pk AND p.lexeme = ANY(
@@ -518,8 +520,9 @@ class PostgresStore(SQLStore):
 
             def bm25(words: Sequence[str], how: MatchMode) -> list[tuple[str, float]]:
                 text, every = " ".join(words), how == "and"
+                having = _ALL_WORDS if every else _TWO_WORDS if how == "two" else ""
                 rows = run(_BM25_SQL.format(table=table, lexemes=_LEXEMES, where=where,
-                                            having=_ALL_WORDS if every else ""),
+                                            having=having),
                            [user_id, text, n_rows, avgdl, *([text] if every else []), *params,
                             limit])
                 return [(r[0], float(r[1])) for r in rows]
@@ -542,6 +545,21 @@ class PostgresStore(SQLStore):
                    "tsvector_to_array(to_tsvector('ledgermem_english', term))) LIMIT ?) AS c) > ?",
                    [sorted(set(terms)), user_id, cutoff + 1, cutoff])
         return {r[0] for r in rows}
+
+    def term_counts(self, user_id: str, table: Table, terms: Sequence[str]
+                    ) -> tuple[int, dict[str, int]]:
+        """As on SQLite, over this user's postings: ``common_term_rows`` of the user's
+        rows, and each term's postings (those of all its lexemes) stopping past it."""
+        words = sorted(set(terms))
+        with self._writing() as run:
+            cutoff = common_term_rows(self._corpus(run, table, user_id)[0])
+            if not words:
+                return cutoff, {}
+            rows = run(f"SELECT term, (SELECT count(*) FROM (SELECT 1 FROM {table}_terms AS p "
+                       "WHERE p.user_id = ? AND p.lexeme = ANY(tsvector_to_array(to_tsvector("
+                       "'ledgermem_english', term))) LIMIT ?) AS c) FROM unnest(?::text[]) AS term",
+                       [user_id, cutoff + 1, words])
+        return cutoff, {r[0]: int(r[1]) for r in rows}
 
     def _corpus(self, run: Run, table: str, user_id: str) -> tuple[int, float]:
         """(rows, mean tokens per row) of this user's table, cached (``CORPUS_TTL_S``)

@@ -72,6 +72,11 @@ after the rows holding a rarer keyword, newest first. Their BM25 weight is small
 anyway (a term in 1% of rows has an idf of 4.6, one in 0.01% of 9.2)."""
 
 
+TERMS_PER_STATEMENT = 200
+"""Terms one statement counts (``term_counts``): a batch's words are counted in a few
+statements, well under the drivers' limits on bound parameters."""
+
+
 def common_term_rows(rows: int) -> int:
     """Rows a keyword may be in before it counts as common, in a corpus of ``rows``."""
     return max(COMMON_TERM_MIN_ROWS, int(COMMON_TERM_SHARE * rows))
@@ -92,14 +97,17 @@ def keyword_hits(
     newest: Callable[[Sequence[str]], list[str]],
 ) -> list[tuple[str, float]]:
     """The keyword search both stores run over their own primitives: ``and`` ranks the
-    rows holding every term by BM25; ``or`` ranks by BM25 over the terms that are not
-    common, then fills with the newest rows holding a common one (score 0).
+    rows holding every term by BM25, ``two`` those holding two of them; ``or`` ranks by
+    BM25 over the terms that are not common, then fills with the newest rows holding a
+    common one (score 0). ``two`` of two terms is ``and``, of one ``or``.
 
     ``bm25(terms, mode)`` returns up to ``limit`` (id, score) best first,
     ``common_terms(terms)`` the common ones, ``newest(terms)`` up to ``limit`` ids of
     rows holding any of ``terms``, newest first.
     """
-    if mode == "and" and len(terms) > 1:
+    if mode == "two" and len(terms) > 2:
+        return bm25(terms, "two")
+    if mode in ("and", "two") and len(terms) > 1:
         return bm25(terms, "and")
     common = common_terms(terms)
     rare = [term for term in terms if term not in common]

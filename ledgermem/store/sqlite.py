@@ -13,7 +13,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from itertools import groupby
+from itertools import combinations, groupby
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +23,13 @@ from ..clock import iso, system_clock
 from ..errors import InvalidInput, SchemaMismatch, StorageError
 from ..types import ItemQuery
 from . import vector_file
-from .base import MatchMode, Table, TurnQuery, Vector
+from .base import MatchMode, Table, TurnQuery, Vector, iter_chunks
 from .migrations import SQLITE_MIGRATIONS, Migration
 from .sql import (
     CONTEXT_TURNS,
     EMBED_TEXT,
     NEIGHBOUR_SMOOTHING,
+    TERMS_PER_STATEMENT,
     Run,
     SQLStore,
     common_term_rows_sql,
@@ -73,13 +74,16 @@ def _locked(exc: sqlite3.Error) -> bool:
 
 
 def fts_match_sql(terms: Sequence[str], mode: MatchMode) -> str:
-    """An FTS5 MATCH expression that treats every term as a literal phrase.
+    """An FTS5 MATCH expression that treats every term as a literal phrase (``two``:
+    any two of them, as an OR of pairs; FTS5 has no "at least n of").
 
     Terms are double-quoted (inner quotes doubled), so FTS5 operators and syntax in
     user text (``AND``, ``NEAR``, ``*``, ``-``, parentheses) are matched as words.
     """
     quoted = ['"' + term.replace('"', '""') + '"' for term in terms]
-    return (" OR " if mode == "or" else " ").join(quoted)
+    if mode == "two" and len(quoted) > 2:
+        return " OR ".join(f"({a} {b})" for a, b in combinations(quoted, 2))
+    return (" OR " if mode == "or" or len(quoted) == 1 else " ").join(quoted)
 
 
 class SQLiteStore(SQLStore):
@@ -304,23 +308,36 @@ class SQLiteStore(SQLStore):
         return [(r[0], float(r[1])) for r in rows]
 
     def _common_terms(self, fts: str, table: str, terms: Sequence[str]) -> set[str]:
-        """The terms held by more rows than ``common_term_rows`` allows (counted in the
-        whole file, as FTS5's BM25 statistics are), each count stopping at the cut-off.
+        """The terms held by more rows than ``common_term_rows`` allows (see
+        ``_term_counts``)."""
+        cutoff, counts = self._term_counts(fts, table, terms)
+        return {word for word, count in counts.items() if count > cutoff}
 
-        One statement for every term and the corpus size (a statement per term cost a
-        search 1 + n statements twice, for turns and for the knowledge they gave)."""
+    def term_counts(self, user_id: str, table: Table, terms: Sequence[str]
+                    ) -> tuple[int, dict[str, int]]:
+        return self._term_counts(f"{table}_fts", table, terms)
+
+    def _term_counts(self, fts: str, table: str, terms: Sequence[str]
+                     ) -> tuple[int, dict[str, int]]:
+        """``common_term_rows`` of the whole file (FTS5's BM25 statistics are the
+        file's) and each term's rows, each count stopping past that cut-off.
+
+        One statement for the corpus size and up to ``TERMS_PER_STATEMENT`` terms (a
+        statement per term cost a search 1 + n statements twice, for turns and for the
+        knowledge they gave)."""
         words = sorted(set(terms))
-        if not words:
-            return set()
-        cutoff, cutoff_params = common_term_rows_sql(
-            f"SELECT coalesce(max(pk), 0) FROM {table}")
-        counts = ", ".join(f"(SELECT count(*) FROM (SELECT 1 FROM {fts} WHERE {fts} "
-                           f"MATCH ? LIMIT {cutoff} + 1))" for _ in words)
-        params: list[Any] = list(cutoff_params)
-        for word in words:
-            params += [fts_match_sql([word], "or"), *cutoff_params]
-        row = self._read(f"SELECT {cutoff}, {counts}", params)[0]
-        return {word for word, count in zip(words, row[1:], strict=True) if count > row[0]}
+        limit, limit_params = common_term_rows_sql(f"SELECT coalesce(max(pk), 0) FROM {table}")
+        cutoff, counts = 0, dict[str, int]()
+        for part in list(iter_chunks(words, TERMS_PER_STATEMENT)) or [[]]:
+            columns = "".join(f", (SELECT count(*) FROM (SELECT 1 FROM {fts} WHERE {fts} "
+                              f"MATCH ? LIMIT {limit} + 1))" for _ in part)
+            params: list[Any] = list(limit_params)
+            for word in part:
+                params += [fts_match_sql([word], "or"), *limit_params]
+            row = self._read(f"SELECT {limit}{columns}", params)[0]
+            cutoff = row[0]
+            counts.update(zip(part, row[1:], strict=True))
+        return cutoff, counts
 
     def redact(self, user_id: str, subject_id: str) -> None:
         with self._writing():

@@ -1,0 +1,82 @@
+"""How ``remember`` finds the item a text restates: the keyword lookup over two of the
+text's rarest words (``dedup_terms`` with ``Store.term_counts``, keyword mode ``two``),
+on both stores."""
+
+from __future__ import annotations
+
+from ledgermem import Memory
+from ledgermem.domain.dedup import dedup_terms
+from ledgermem.types import ItemQuery
+
+FILLERS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
+           "juliet", "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo",
+           "sierra", "tango", "uniform", "victor", "whiskey", "xray", "yankee", "zulu"]
+
+
+def _contents(mem: Memory, ids: list[str]) -> list[str]:
+    return [mem.store.get_item("alice", i).content for i in ids]  # type: ignore[union-attr]
+
+
+def test_mode_two_finds_the_rows_holding_two_of_the_terms(mem: Memory) -> None:
+    alice = mem.for_user("alice")
+    for text in ["walrus otter heron", "walrus puffin gannet", "otter heron lynx",
+                 "bison moose caribou"]:
+        alice.remember(text, dedup=False)
+    search = mem.store.keyword_search_items
+    found = search("alice", ["walrus", "otter", "heron"], "two", ItemQuery(), 10)
+    assert sorted(_contents(mem, [i for i, _ in found])) == [
+        "otter heron lynx", "walrus otter heron"]
+    assert all(score > 0 for _, score in found)
+    # Two terms: both; one term: that one.
+    found = search("alice", ["walrus", "puffin"], "two", ItemQuery(), 10)
+    assert _contents(mem, [i for i, _ in found]) == ["walrus puffin gannet"]
+    found = search("alice", ["caribou"], "two", ItemQuery(), 10)
+    assert _contents(mem, [i for i, _ in found]) == ["bison moose caribou"]
+    # The other filters apply as in the other modes.
+    assert search("alice", ["walrus", "otter", "heron"], "two",
+                  ItemQuery(category="preference"), 10) == []
+    assert search("bob", ["walrus", "otter", "heron"], "two", ItemQuery(), 10) == []
+
+
+def test_term_counts_count_the_rows_holding_each_word(mem: Memory) -> None:
+    alice = mem.for_user("alice")
+    for text in ["walrus otter", "walrus heron", "walrus lynx"]:
+        alice.remember(text, dedup=False)
+    cutoff, counts = mem.store.term_counts("alice", "knowledge", ["walrus", "otter", "narwhal"])
+    assert counts == {"walrus": 3, "otter": 1, "narwhal": 0}
+    assert cutoff >= 1_000  # the common-term cut-off: none of these is common
+    assert mem.store.term_counts("alice", "knowledge", []) == (cutoff, {})
+
+
+def test_the_rarest_words_are_chosen() -> None:
+    text = "mountaineering extraordinary photographing yak elk trip"
+    assert list(dedup_terms(text)) == ["mountaineering", "extraordinary", "photographing"]
+    counts = {"mountaineering": 40, "extraordinary": 40, "photographing": 40, "yak": 1,
+              "elk": 2, "trip": 7}
+    assert list(dedup_terms(text, counts)) == ["yak", "elk", "trip"]
+
+
+def test_a_restatement_behind_many_look_alikes_is_still_merged(mem: Memory) -> None:
+    """Thirty shorter items hold the text's three longest words, so BM25 over those
+    words ranks every one of them above the item it restates (which a lookup of the
+    longest words therefore missed); its two rare words find it."""
+    alice = mem.for_user("alice")
+    twin = alice.remember("mountaineering extraordinary photographing yak elk trip planned")
+    for filler in FILLERS + ["amber", "beige", "coral", "denim"]:
+        alice.remember(f"mountaineering extraordinary photographing {filler}", dedup=False)
+    again = alice.remember("mountaineering extraordinary photographing yak elk trip")
+    assert again.written == "merged" and again.id == twin.id
+    [many] = alice.remember_many(["mountaineering extraordinary photographing elk yak trip"])
+    assert many.written == "merged" and many.id == twin.id
+
+
+def test_a_batch_finds_its_own_earlier_entry_by_two_rare_words(mem: Memory) -> None:
+    alice = mem.for_user("alice")
+    entries = [f"mountaineering extraordinary photographing {f}" for f in FILLERS]
+    entries += ["mountaineering extraordinary photographing yak elk trip planned",
+                "mountaineering extraordinary photographing yak elk trip"]
+    items = alice.remember_many(entries)
+    assert [i.written for i in items[-2:]] == ["added", "merged"]
+    assert items[-1].id == items[-2].id
+    # Texts that share only common words stay apart.
+    assert len({i.id for i in items[:len(FILLERS)]}) == len(FILLERS)
