@@ -132,9 +132,16 @@ def test_add_turns_costs_one_transaction(keyword_mem: Memory) -> None:
                          {"role": "assistant", "content": "Nice"}], session_id="s")
     assert [s for s in seen if s.startswith(("BEGIN", "COMMIT"))] == ["BEGIN IMMEDIATE",
                                                                        "COMMIT"]
-    # One INSERT of the events, one of the turns, three reads of the neighbours and one
-    # UPDATE of their text, one read back (each traced again per row and FTS trigger).
-    assert len(issued(seen)) == 9 and len(seen) == 22
+    # Three reads of the turns around, one INSERT of the events, one of the turns with
+    # their neighbour text, one UPDATE of the stored turn's, one read back (each traced
+    # again per row and FTS trigger: a new turn's index entry is written once, not
+    # inserted and then replaced, which traced 22).
+    assert len(issued(seen)) == 9 and len(seen) == 16
+    texts = dict(keyword_mem.store._conn().execute(  # type: ignore[attr-defined]
+        "SELECT content, context FROM conversations"))
+    assert texts == {"hello there": "I like zeppelins\nNice",
+                     "I like zeppelins": "hello there\nNice",
+                     "Nice": "hello there\nI like zeppelins"}
 
 
 def test_a_default_conversation_search_only_reads(tmp_path: Path, clock: FakeClock) -> None:

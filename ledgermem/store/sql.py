@@ -372,54 +372,74 @@ class SQLStore(ABC):
         self._insert(run, rows)
 
     def _insert(self, run: Run, rows: _Rows) -> None:
-        """Write a run of new rows of one table as one statement (then the neighbour
-        text of new turns and of the turns around them)."""
+        """Write a run of new rows of one table as one statement. New turns carry their
+        neighbour text in it (``_neighbour_text``); the stored turns around them get
+        theirs updated after."""
         if rows.shape is None or not rows.values:
             return
         table, columns = rows.shape
+        values, around = rows.values, list[tuple[int, str]]()
+        if rows.turns:
+            texts, around = self._neighbour_text(run, rows)
+            columns = (*columns, "context")
+            values = [[*row, text] for row, text in zip(values, texts, strict=True)]
         conflict = (" ON CONFLICT (user_id, item_a, item_b) DO NOTHING"
                     if table == "comparisons" else "")
         run(f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
-            + ", ".join([f"({_marks(len(columns))})"] * len(rows.values)) + conflict,
-            [value for row in rows.values for value in row])
-        sessions: dict[tuple[str, str | None], list[tuple[str, str]]] = {}
-        for user_id, session_id, turn_id, ts in rows.turns:
-            sessions.setdefault((user_id, session_id), []).append((turn_id, ts))
-        for (user_id, session_id), turns in sessions.items():
-            self._refresh_context(run, user_id, session_id, turns)
-
-    def _refresh_context(self, run: Run, user_id: str, session_id: str | None,
-                         turns: Sequence[tuple[str, str]]) -> None:
-        """Recompute the neighbour text of new turns ((id, ts) pairs) of one session
-        and of the turns around them.
-
-        A turn's ``context`` holds the text of up to ``CONTEXT_TURNS`` turns on each
-        side in its session; keyword search weighs it lightly, so a short reply ("Yes,
-        in May!") can be found by what it answers. Three reads and one UPDATE per
-        ``iter_chunks`` rows, however many turns were added together.
-        """
-        n = CONTEXT_TURNS
-        new = {turn_id for turn_id, _ in turns}
-        first, last = min(ts for _, ts in turns), max(ts for _, ts in turns)
-        where = "FROM conversations WHERE user_id = ? AND session_id = ? AND ts"
-        window = (
-            run(f"SELECT pk, id, content {where} < ? ORDER BY ts DESC, pk DESC LIMIT ?",
-                [user_id, session_id, first, 2 * n])[::-1]
-            + run(f"SELECT pk, id, content {where} >= ? AND ts <= ? ORDER BY ts, pk",
-                  [user_id, session_id, first, last])
-            + run(f"SELECT pk, id, content {where} > ? ORDER BY ts, pk LIMIT ?",
-                  [user_id, session_id, last, 2 * n]))
-        touched = sorted({j for i, row in enumerate(window) if row[1] in new
-                          for j in range(max(0, i - n), min(len(window), i + n + 1))})
-        updates = [(window[i][0], "\n".join(
-            window[j][2] for j in range(max(0, i - n), min(len(window), i + n + 1)) if j != i))
-            for i in touched]
-        for start in range(0, len(updates), APPEND_CHUNK):
-            chunk = updates[start:start + APPEND_CHUNK]
+            + ", ".join([f"({_marks(len(columns))})"] * len(values)) + conflict,
+            [value for row in values for value in row])
+        for start in range(0, len(around), APPEND_CHUNK):
+            chunk = around[start:start + APPEND_CHUNK]
             run("UPDATE conversations SET context = v.column2 FROM (VALUES "
                 + ", ".join(["(CAST(? AS BIGINT), ?)"] * len(chunk))
                 + ") AS v WHERE conversations.pk = v.column1",
                 [value for pair in chunk for value in pair])
+
+    def _neighbour_text(self, run: Run, rows: _Rows
+                        ) -> tuple[list[str], list[tuple[int, str]]]:
+        """The neighbour text of each new turn of ``rows``, and (pk, text) of every
+        stored turn whose neighbours they change.
+
+        A turn's ``context`` holds the text of up to ``CONTEXT_TURNS`` turns on each
+        side in its session; keyword search weighs it lightly, so a short reply ("Yes,
+        in May!") can be found by what it answers. Per session, three reads of the
+        stored turns around and among the new ones; the new turns are placed among
+        them as they will be stored (by ``ts``, after stored turns of the same ``ts``,
+        in the order given), so each row is written once with its text, not inserted
+        and then updated (on PostgreSQL an update rewrites the row's postings)."""
+        n = CONTEXT_TURNS
+        content = rows.shape[1].index("content") if rows.shape else 0
+        sessions: dict[tuple[str, str | None], list[int]] = {}
+        for index, (user_id, session_id, _, _) in enumerate(rows.turns):
+            sessions.setdefault((user_id, session_id), []).append(index)
+        texts = [""] * len(rows.turns)
+        around: list[tuple[int, str]] = []
+        where = "FROM conversations WHERE user_id = ? AND session_id = ? AND ts"
+        for (user_id, session_id), indexes in sessions.items():
+            first = min(rows.turns[i][3] for i in indexes)
+            last = max(rows.turns[i][3] for i in indexes)
+            stored = (
+                run(f"SELECT ts, pk, content {where} < ? ORDER BY ts DESC, pk DESC LIMIT ?",
+                    [user_id, session_id, first, 2 * n])[::-1]
+                + run(f"SELECT ts, pk, content {where} >= ? AND ts <= ? ORDER BY ts, pk",
+                      [user_id, session_id, first, last])
+                + run(f"SELECT ts, pk, content {where} > ? ORDER BY ts, pk LIMIT ?",
+                      [user_id, session_id, last, 2 * n]))
+            # (ts, new?, order, new turn's index or -1 with the stored pk, text)
+            window = sorted(
+                [(row[0], 0, int(row[1]), -1, str(row[2])) for row in stored]
+                + [(rows.turns[i][3], 1, i, i, str(rows.values[i][content])) for i in indexes])
+            new = [position for position, row in enumerate(window) if row[3] >= 0]
+            touched = sorted({j for i in new
+                              for j in range(max(0, i - n), min(len(window), i + n + 1))})
+            for i in touched:
+                text = "\n".join(window[j][4] for j in range(
+                    max(0, i - n), min(len(window), i + n + 1)) if j != i)
+                if window[i][3] >= 0:
+                    texts[window[i][3]] = text
+                else:
+                    around.append((window[i][2], text))
+        return texts, around
 
     def events(
         self,
