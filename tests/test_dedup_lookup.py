@@ -62,7 +62,7 @@ def test_a_restatement_behind_many_look_alikes_is_still_merged(mem: Memory) -> N
     longest words therefore missed); its two rare words find it."""
     alice = mem.for_user("alice")
     twin = alice.remember("mountaineering extraordinary photographing yak elk trip planned")
-    for filler in FILLERS + ["amber", "beige", "coral", "denim"]:
+    for filler in [*FILLERS, "amber", "beige", "coral", "denim"]:
         alice.remember(f"mountaineering extraordinary photographing {filler}", dedup=False)
     again = alice.remember("mountaineering extraordinary photographing yak elk trip")
     assert again.written == "merged" and again.id == twin.id

@@ -155,6 +155,8 @@ class _Local(threading.local):
     """(user id, all users) that statements of this thread should run as."""
     applied: tuple[str, bool] | None = None
     """What the open transaction has been told (None: unknown, tell it again)."""
+    locked: frozenset[str] = frozenset()
+    """The users whose lock (``_in_ledger_order``) the open transaction holds."""
 
 
 class _VectorText(Loader):
@@ -337,18 +339,20 @@ class PostgresStore(SQLStore):
                 with _translated(), local.conn.transaction():
                     yield self._run(local.conn)
             except BaseException:
-                local.applied = None  # a rolled-back savepoint undoes set_config too
+                # A rolled-back savepoint undoes set_config too, and releases the locks
+                # taken inside it.
+                local.applied, local.locked = None, frozenset()
                 raise
             return
         if self._closed:
             raise StorageError("the store is closed")
         with _translated(), self._pool.connection() as conn:
-            local.conn, local.applied = conn, None
+            local.conn, local.applied, local.locked = conn, None, frozenset()
             try:
                 with conn.transaction():
                     yield self._run(conn)
             finally:
-                local.conn, local.applied = None, None
+                local.conn, local.applied, local.locked = None, None, frozenset()
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         if self._local.conn is not None:
@@ -444,7 +448,9 @@ class PostgresStore(SQLStore):
     @contextmanager
     def writing_for(self, user_id: str) -> Iterator[None]:
         with self._writing() as run:
-            self._in_ledger_order(run, [user_id])
+            # As the user, whose rows the block reads next: one set_config, not two.
+            with self._scope((user_id, False)):
+                self._in_ledger_order(run, [user_id])
             yield
 
     def _in_ledger_order(self, run: Run, user_ids: Sequence[str]) -> None:
@@ -452,10 +458,13 @@ class PostgresStore(SQLStore):
         other) before an event is inserted. Without them a writer could draw its
         ``seq`` first and change a view row second, after a writer that drew a later
         ``seq``: the view would end as the earlier event says. The locks are the
-        transaction's and re-entrant, so ``writing_for`` followed by ``append``
-        takes its user's once."""
+        transaction's; one already held is not asked for again (``writing_for``
+        followed by ``append`` takes its user's once, in one statement)."""
+        local = self._local
         for user_id in user_ids:
-            run("SELECT pg_advisory_xact_lock(?, hashtext(?))", [USER_LOCK, user_id])
+            if user_id not in local.locked:
+                run("SELECT pg_advisory_xact_lock(?, hashtext(?))", [USER_LOCK, user_id])
+                local.locked |= {user_id}
 
     def append(self, events: Sequence[Event]) -> None:
         # Keyword statistics change only with text: recall bookkeeping, confidence and
