@@ -103,3 +103,21 @@ def test_sign_bits_follow_rows_replaced_after_the_first_shortlist() -> None:
     # Without its new sign bits, id7 (random bits) would not reach the shortlist.
     assert block.ids[int(block.best(scores, 0, 1)[0])] == "id7"
     assert block.count == 25_001 and scores[block.position["new"]] == -np.inf
+
+
+def test_rows_added_after_the_first_shortlist_get_sign_bits() -> None:
+    rng = np.random.default_rng(11)
+    dims = 384
+    corpus = _unit(rng.standard_normal((21_000, dims)))
+    block = UserVectors(dims)
+    block.upsert([f"id{i}" for i in range(21_000)], [v.tobytes() for v in corpus])
+    assert block.shortlist(corpus[3]) is not None  # builds the bits and scratch arrays
+    fresh = _unit(rng.standard_normal((3, dims)))
+    block.upsert(["a", "b", "c"], [v.tobytes() for v in fresh])
+    for name, vector in zip("abc", fresh, strict=True):
+        scores = block.shortlist(vector)
+        assert scores is not None and len(scores) == 21_003
+        assert block.ids[int(block.best(scores, 0, 1)[0])] == name
+    # Earlier rows still rank as before the block grew.
+    scores = block.shortlist(corpus[3])
+    assert scores is not None and block.ids[int(block.best(scores, 0, 1)[0])] == "id3"

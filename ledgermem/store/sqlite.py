@@ -599,7 +599,10 @@ class SQLiteStore(SQLStore):
         """The best-scored rows that pass the SQL filters, reading growing slices of
         the ranking until ``limit`` rows pass (or every scored row was tried)."""
         found: list[tuple[str, float]] = []
-        start, step = 0, max(limit * 4, 64)
+        # Most rows pass (the filters are the caller's; dead rows never score): a first
+        # slice of 1.5 × limit, growing 4× while too few pass. Checking 4 × limit ids
+        # first cost 1.6 ms of a 100,000-item search.
+        start, step = 0, max(limit + limit // 2, 32)
         while len(found) < limit and start < block.count:
             chunk = [int(i) for i in block.best(scores, start, start + step)
                      if np.isfinite(scores[i])]
