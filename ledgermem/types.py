@@ -190,6 +190,8 @@ class ItemQuery:
     include_superseded: bool = False
     ids: tuple[str, ...] | None = None
     content: str | None = None
+    contents: tuple[str, ...] | None = None
+    """Any of these exact texts (``content``: this one)."""
     valid_from_min: str | None = None
     valid_from_max: str | None = None
 

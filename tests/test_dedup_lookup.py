@@ -4,8 +4,12 @@ on both stores."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ledgermem import Memory
 from ledgermem.domain.dedup import dedup_terms
+from ledgermem.store.postgres import PostgresStore
+from ledgermem.store.sql import item_where_sql
 from ledgermem.types import ItemQuery
 
 FILLERS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
@@ -80,3 +84,28 @@ def test_a_batch_finds_its_own_earlier_entry_by_two_rare_words(mem: Memory) -> N
     assert items[-1].id == items[-2].id
     # Texts that share only common words stay apart.
     assert len({i.id for i in items[:len(FILLERS)]}) == len(FILLERS)
+
+
+def test_the_exact_texts_of_a_batch_are_read_by_the_content_index(mem: Memory) -> None:
+    alice = mem.for_user("alice")
+    texts = ("walrus otter heron", "bison moose caribou", "never stored")
+    for text in texts[:2]:
+        alice.remember(text, dedup=False)
+    alice.remember("walrus otter heron lynx", dedup=False)
+    found, _ = mem.store.query_items("alice", ItemQuery(contents=texts))
+    assert sorted(i.content for i in found) == ["bison moose caribou", "walrus otter heron"]
+    assert mem.store.query_items("alice", ItemQuery(contents=()))[0] == []
+    assert mem.store.query_items("bob", ItemQuery(contents=texts))[0] == []
+    store: Any = mem.store
+    where, params = item_where_sql("alice", ItemQuery(contents=texts),
+                                   digest=store._digest_text)
+    sql = f"SELECT id FROM knowledge WHERE {where}"
+    if isinstance(store, PostgresStore):
+        # A few rows in the table: tell the planner a scan is dear, as it is at scale.
+        with store._scope(("alice", False)), store._writing() as run:
+            run("SET LOCAL enable_seqscan = off", [])
+            plan = " ".join(str(r[0]) for r in run("EXPLAIN " + sql, params))
+        assert "knowledge_digest" in plan, plan
+    else:
+        plan = " ".join(str(r[-1]) for r in store._read("EXPLAIN QUERY PLAN " + sql, params))
+        assert "knowledge_text" in plan, plan

@@ -115,19 +115,20 @@ class ItemWriter:
         20,000 items the BM25 top 10 of the rows holding any of the longest words took
         1.3 ms a lookup; this, 0.3–0.6).
 
-        Statements: two per text (the keyword lookup and the exact text, by the content
-        index), and one read of all the keyword candidates, whatever their number.
+        Statements: one per text (its keyword lookup), then one per 500 texts for the
+        items holding them exactly (by the content index) and one per 500 candidates.
         ``counts``: ``_word_counts`` of the texts."""
-        exact: list[list[Item]] = []
-        keyed: list[list[str]] = []
-        for want in wanted:
-            keyed.append([item_id for item_id, _ in self.store.keyword_search_items(
-                user_id, list(dedup_terms(want.text, counts)), "two",
-                ItemQuery(category=want.category, context=want.context, entity=want.entity),
-                DEDUP_CANDIDATES)])
-            # The same text, by the content index (no LIMIT or ORDER BY the planner could
-            # prefer to walk instead); twin_of checks category, context and entity.
-            exact.append(self.store.query_items(user_id, ItemQuery(content=want.text))[0])
+        keyed = [[item_id for item_id, _ in self.store.keyword_search_items(
+            user_id, list(dedup_terms(want.text, counts)), "two",
+            ItemQuery(category=want.category, context=want.context, entity=want.entity),
+            DEDUP_CANDIDATES)] for want in wanted]
+        # The same texts (no LIMIT or ORDER BY the planner could prefer to walk instead);
+        # twin_of checks category, context and entity.
+        holding: dict[str, list[Item]] = {}
+        for texts in iter_chunks(list(dict.fromkeys(want.text for want in wanted))):
+            for item in self.store.query_items(user_id, ItemQuery(contents=tuple(texts)))[0]:
+                holding.setdefault(item.content, []).append(item)
+        exact = [holding.get(want.text, []) for want in wanted]
         known = {item.id: item for items in exact for item in items}
         missing = list(dict.fromkeys(i for ids in keyed for i in ids if i not in known))
         for ids in iter_chunks(missing):

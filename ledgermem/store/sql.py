@@ -183,14 +183,19 @@ def item_where_sql(user_id: str, query: ItemQuery, prefix: str = "", *,
     params: list[Any] = [user_id]
     if not query.include_superseded:
         clauses.append(f"{p}superseded_by IS NULL AND {p}valid_to IS NULL")
-    if query.content is not None and digest:
-        clauses.append(f"md5({p}content) = md5(?) AND {p}content = ?")
-        params.extend([query.content, query.content])
-    elif query.content is not None:
+    texts = (query.content,) if query.content is not None else query.contents
+    if texts is not None and not texts:
+        clauses.append("1 = 0")
+    elif texts is not None and digest:
+        clauses.append(f"md5({p}content) IN ({', '.join(['md5(?)'] * len(texts))}) AND "
+                       f"{p}content IN ({_marks(len(texts))})")
+        params.extend([*texts, *texts])
+    elif texts is not None:
         # The prefix lets an expression index find the row. `|| ''` keeps SQLite from
         # substituting the full text into the prefix expression, which hides the index.
-        clauses.append(f"substr({p}content, 1, 64) = ? AND {p}content || '' = ?")
-        params.extend([query.content[:64], query.content])
+        clauses.append(f"substr({p}content, 1, 64) IN ({_marks(len(texts))}) AND "
+                       f"{p}content || '' IN ({_marks(len(texts))})")
+        params.extend([*(text[:64] for text in texts), *texts])
     for column in ("category", "context", "entity", "source"):
         value = getattr(query, column)
         if value is not None:
