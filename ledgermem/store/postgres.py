@@ -547,28 +547,30 @@ class PostgresStore(SQLStore):
 
     def _common_terms(self, run: Run, table: str, user_id: str, terms: Sequence[str],
                       cutoff: int) -> set[str]:
-        """The terms whose postings for this user outnumber ``cutoff`` (each count
-        stopping there). A term of several lexemes counts the postings of all of them."""
-        rows = run(f"SELECT term FROM unnest(?::text[]) AS term WHERE (SELECT count(*) FROM "
-                   f"(SELECT 1 FROM {table}_terms AS p WHERE p.user_id = ? AND p.lexeme = ANY("
-                   "tsvector_to_array(to_tsvector('ledgermem_english', term))) LIMIT ?) AS c) > ?",
-                   [sorted(set(terms)), user_id, cutoff + 1, cutoff])
-        return {r[0] for r in rows}
+        """The terms whose postings for this user outnumber ``cutoff``."""
+        counts = self._term_counts(run, table, user_id, terms, cutoff)
+        return {term for term, count in counts.items() if count > cutoff}
 
     def term_counts(self, user_id: str, table: Table, terms: Sequence[str]
                     ) -> tuple[int, dict[str, int]]:
         """As on SQLite, over this user's postings: ``common_term_rows`` of the user's
-        rows, and each term's postings (those of all its lexemes) stopping past it."""
-        words = sorted(set(terms))
+        rows, and each term's postings stopping past it (``_term_counts``)."""
         with self._writing() as run:
             cutoff = common_term_rows(self._corpus(run, table, user_id)[0])
-            if not words:
-                return cutoff, {}
-            rows = run(f"SELECT term, (SELECT count(*) FROM (SELECT 1 FROM {table}_terms AS p "
-                       "WHERE p.user_id = ? AND p.lexeme = ANY(tsvector_to_array(to_tsvector("
-                       "'ledgermem_english', term))) LIMIT ?) AS c) FROM unnest(?::text[]) AS term",
-                       [user_id, cutoff + 1, words])
-        return cutoff, {r[0]: int(r[1]) for r in rows}
+            return cutoff, self._term_counts(run, table, user_id, terms, cutoff)
+
+    def _term_counts(self, run: Run, table: str, user_id: str, terms: Sequence[str],
+                     cutoff: int) -> dict[str, int]:
+        """Each term's postings for this user (those of all its lexemes), each count
+        stopping past ``cutoff``: one statement for every term."""
+        words = sorted(set(terms))
+        if not words:
+            return {}
+        rows = run(f"SELECT term, (SELECT count(*) FROM (SELECT 1 FROM {table}_terms AS p "
+                   "WHERE p.user_id = ? AND p.lexeme = ANY(tsvector_to_array(to_tsvector("
+                   "'ledgermem_english', term))) LIMIT ?) AS c) FROM unnest(?::text[]) AS term",
+                   [user_id, cutoff + 1, words])
+        return {r[0]: int(r[1]) for r in rows}
 
     def _corpus(self, run: Run, table: str, user_id: str) -> tuple[int, float]:
         """(rows, mean tokens per row) of this user's table, cached (``CORPUS_TTL_S``)
