@@ -3,6 +3,7 @@ user's scope is told once, and the user's lock taken once, per transaction."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,14 +14,17 @@ from ledgermem.store.postgres import PostgresStore
 
 
 def _trace(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[str, bool] | None]]:
-    """Each statement run, with the scope it first had to tell the connection (or None)."""
+    """Each statement the calling thread runs (not the background workers'), with the
+    scope it first had to tell the connection (or None)."""
     seen: list[tuple[str, tuple[str, bool] | None]] = []
     execute = PostgresStore._execute
+    me = threading.get_ident()
 
     def traced(self: PostgresStore, conn: Any, sql: str, params: Sequence[Any]) -> Any:
         local = self._local
-        seen.append((" ".join(sql.split()),
-                     local.scope if local.applied != local.scope else None))
+        if threading.get_ident() == me:
+            seen.append((" ".join(sql.split()),
+                         local.scope if local.applied != local.scope else None))
         return execute(self, conn, sql, params)
 
     monkeypatch.setattr(PostgresStore, "_execute", traced)
