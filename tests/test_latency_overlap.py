@@ -7,6 +7,7 @@ started, which only happens if the two run at once."""
 from __future__ import annotations
 
 import multiprocessing
+import re
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -96,10 +97,10 @@ def test_overlap_changes_no_ranking(watched: tuple[Memory, WatchedEmbedder]) -> 
 
 def test_a_cached_query_costs_no_thread(watched: tuple[Memory, WatchedEmbedder]) -> None:
     _, embedder = watched
-    embed_query_soon(embedder, "green tea")()
+    embed_query_soon(embedder, "green tea").result()
     calls = embedder.calls
     before = {t.ident for t in threading.enumerate()}
-    assert embed_query_soon(embedder, "green tea")() is not None
+    assert embed_query_soon(embedder, "green tea").result() is not None
     assert embedder.calls == calls
     assert {t.ident for t in threading.enumerate()} <= before
 
@@ -125,7 +126,7 @@ def test_knowledge_search_overlaps_too(watched: tuple[Memory, WatchedEmbedder]) 
     me, seen = threading.get_ident(), list[bool]()
 
     def note(sql: str) -> None:
-        if threading.get_ident() == me and "bm25(knowledge_fts)" in sql and not seen:
+        if threading.get_ident() == me and "bm25(knowledge_fts" in sql and not seen:
             seen.append(embedder.started.wait(BOUND_S))
 
     store.trace(note)
@@ -153,3 +154,69 @@ def test_a_forked_child_embeds_its_queries(watched: tuple[Memory, WatchedEmbedde
     found = out.get(timeout=BOUND_S)
     child.join(BOUND_S)
     assert child.exitcode == 0 and found
+
+
+class GatedEmbedder(HashEmbedder):
+    """The hashing embedder whose query embeddings wait for ``gate`` (up to
+    ``BOUND_S``), so a search's other work runs while its embedding is pending."""
+
+    def __init__(self) -> None:
+        super().__init__(dimensions=32)
+        self.gate = threading.Event()
+        self.opened_in_time: list[bool] = []
+
+    def _embed(self, texts: Sequence[str], *, query: bool) -> npt.ArrayLike:
+        if query:
+            self.opened_in_time.append(self.gate.wait(BOUND_S))
+        return super()._embed(texts, query=query)
+
+
+_ID = re.compile(r"'([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})'")
+
+
+@pytest.mark.parametrize("kind", ["turns", "items"])
+def test_candidates_rows_are_read_while_the_query_is_embedded(
+        tmp_path: Path, clock: FakeClock, kind: str) -> None:
+    """The keyword candidates' rows are read before the search waits for its query's
+    vector; after it, only the rows of candidates not read yet. Each row is read once,
+    and the ranking is the one a cached vector gives."""
+    embedder = GatedEmbedder()
+    with Memory.open(tmp_path / "g.db", embedder=embedder, clock=clock) as memory:
+        alice = memory.for_user("alice")
+        if kind == "turns":
+            alice.add_turns([{"role": "user", "content": f"A sunrise by the lake {n}"}
+                             for n in range(20)] +
+                            [{"role": "user", "content": f"Morning light, day {n}"}
+                             for n in range(20)], session_id="s")
+            table, search = "conversations", alice.search_conversations
+        else:
+            alice.remember_many([f"Painted a sunrise by the lake {n}" for n in range(20)] +
+                                [f"Morning light on day {n}" for n in range(20)])
+            table, search = "knowledge", lambda q: alice.search(q, touch=False)
+        embedder.gate.set()
+        memory.flush()
+        embedder.gate.clear()
+        QUERIES.clear()
+        store = memory.store
+        assert isinstance(store, SQLiteStore)
+        me, loads = threading.get_ident(), list[tuple[bool, set[str]]]()
+
+        def note(sql: str) -> None:
+            if (threading.get_ident() == me and f"FROM {table} WHERE +user_id" in sql
+                    and "content" in sql):
+                loads.append((embedder.gate.is_set(), set(_ID.findall(sql))))
+                embedder.gate.set()     # the first load lets the embedding finish
+
+        store.trace(note)
+        try:
+            hits = search("sunrise lake")
+        finally:
+            store.trace(None)
+        assert embedder.opened_in_time == [True]
+        assert [waiting for waiting, _ in loads] == [False, True]
+        (_, early), (_, late) = loads
+        assert early and late and not early & late
+        assert {h.id for h in hits} <= early | late
+        assert [(h.id, h.score) for h in search("sunrise lake")] == [
+            (h.id, h.score) for h in hits]     # the vector now comes from the cache
+    QUERIES.clear()

@@ -176,20 +176,20 @@ def _executor() -> ThreadPoolExecutor:
         return _pool[1]
 
 
-def embed_query_soon(embedder: Embedder, query: str) -> Callable[[], Vector]:
+def embed_query_soon(embedder: Embedder, query: str) -> Future[Vector]:
     """Start embedding ``query`` (as ``embed_query`` does) in a worker thread; the
-    function returned waits for the vector and returns it, or raises what
-    ``embed_query`` raised. A query already in ``QUERIES`` costs no thread.
+    future's result is the vector, or raises what ``embed_query`` raised. A query
+    already in ``QUERIES`` costs no thread: its future is already done.
     """
     cached = QUERIES.get(embedder, embedded_text(embedder, query))
-    if cached is not None:
-        return lambda: cached
-    try:
-        future: Future[Vector] = _executor().submit(embed_query, embedder, query)
-    except RuntimeError:    # the interpreter is shutting down: no new threads
-        vector = embed_query(embedder, query)
-        return lambda: vector
-    return future.result
+    if cached is None:
+        try:
+            return _executor().submit(embed_query, embedder, query)
+        except RuntimeError:    # the interpreter is shutting down: no new threads
+            cached = embed_query(embedder, query)
+    done: Future[Vector] = Future()
+    done.set_result(cached)
+    return done
 
 
 def _embed_rows(embedder: Embedder, rows: Sequence[tuple[str, str]]) -> Matrix:

@@ -137,13 +137,16 @@ class Searcher:
 
     def _retrieve(self, query: str, pool: int, keyword: Any, vector: Any,
                   more: Callable[[], dict[str, list[tuple[str, float]]]] | None = None,
+                  early: Callable[[Sequence[str]], object] | None = None,
                   ) -> dict[str, list[tuple[str, float]]]:
         """Candidates of each retriever for ``query`` (already ``_clean``), and those of
         ``more`` (the rankings that need no query vector), in that order.
 
         The query's embedding starts first, in a worker thread (``embed_query_soon``),
         and the keyword searches and ``more`` run meanwhile: a hybrid search costs the
-        longer of the two, not their sum."""
+        longer of the two, not their sum. If the embedding is still running then,
+        ``early`` is given the candidates found so far (to load their rows while it
+        waits)."""
         pending = None
         if self.options.mode != "keyword" and self.embedder is not None and query.strip():
             pending = self._remembered(("embed", query),
@@ -159,7 +162,10 @@ class Searcher:
                 ranked["all_terms"] = every
         others = more() if more is not None else {}
         if pending is not None:
-            ranked["vector"] = vector(pending(), pool)
+            if early is not None and not pending.done():
+                early([doc for hits in (*ranked.values(), *others.values())
+                       for doc, _ in hits])
+            ranked["vector"] = vector(pending.result(), pool)
         ranked.update(others)
         return ranked
 
@@ -199,18 +205,18 @@ class Searcher:
                 lambda n: [(i.id, 0.0) for i in self.store.query_items(user_id, inside,
                                                                          limit=n)[0]])}
 
+        rows = _Rows(lambda ids: {i.id: i for i in self.store.query_items(
+            user_id, ItemQuery(ids=ids, include_superseded=True))[0]})
         ranked = self._retrieve(
             query, pool,
             _without_time(text, window, lambda t, mode, n: self._item_keywords(
                 user_id, t, mode, filters, n)),
             lambda v, n: [hit for hit in self.store.vector_search_items(user_id, v, filters, n)
                           if hit[1] >= floor],
-            in_window,
+            in_window, rows.load,
         )
         return self._finish(
-            query, ranked, window, limit, now,
-            lambda ids: {i.id: i for i in self.store.query_items(
-                user_id, ItemQuery(ids=ids, include_superseded=True))[0]},
+            query, ranked, window, limit, now, rows.load,
             lambda item: (item.updated_at, _importance(item), item.confidence), item_time)
 
     def search_turns(
@@ -241,15 +247,16 @@ class Searcher:
                         user_id, inside, descending=True, limit=n)])
             return found
 
+        rows = _Rows(lambda ids: {t.id: t for t in self.store.query_turns(
+            user_id, TurnQuery(ids=ids))})
         ranked = self._retrieve(
             query, pool,
             lambda t, mode, n: self.store.keyword_search_turns(user_id, t, mode, filters, n),
             lambda v, n: self.store.vector_search_turns(user_id, v, filters, n),
-            more,
+            more, rows.load,
         )
         return self._finish(
-            query, ranked, window, limit, now,
-            lambda ids: {t.id: t for t in self.store.query_turns(user_id, TurnQuery(ids=ids))},
+            query, ranked, window, limit, now, rows.load,
             lambda turn: (turn.ts, 0.5, 1.0), lambda turn: turn.ts, _speaker)
 
     def _in_window(self, text: str, pool: int, search: Any,
@@ -414,6 +421,24 @@ class Searcher:
             scored.append((final, doc_id))
         scored.sort(key=lambda entry: (-entry[0], entry[1]))
         return scored[:limit]
+
+
+class _Rows:
+    """The rows of a search's candidates, each read once: those known before the
+    query's embedding is ready can be read while it is computed, the rest after."""
+
+    def __init__(self, read: Callable[[tuple[str, ...]], dict[str, Any]]) -> None:
+        self._read = read
+        self._found: dict[str, Any] = {}
+        self._asked: set[str] = set()
+
+    def load(self, ids: Sequence[str]) -> dict[str, Any]:
+        """The rows of ``ids`` that exist, by id (reading those not read before)."""
+        wanted = tuple(dict.fromkeys(doc for doc in ids if doc not in self._asked))
+        if wanted:
+            self._asked.update(wanted)
+            self._found.update(self._read(wanted))
+        return {doc: self._found[doc] for doc in ids if doc in self._found}
 
 
 def merge_hits(knowledge: Sequence[Hit], conversations: Sequence[Hit]) -> list[Hit]:

@@ -110,10 +110,16 @@ def m0001_initial() -> tuple[str, ...]:
     )
 
 
-def _fts_sql(table: str, columns: tuple[str, ...]) -> tuple[str, ...]:
-    cols = ", ".join(columns)
-    new = ", ".join(f"new.{c}" for c in columns)
-    old = ", ".join(f"old.{c}" for c in columns)
+def _fts_sql(table: str, columns: tuple[str, ...], *, scoped: bool = False
+             ) -> tuple[str, ...]:
+    """An external-content FTS5 index of ``columns`` of ``table``, kept in step by
+    triggers. ``scoped`` adds the table's ``scope`` column (its user's one-word
+    token, see ``m0008``), which a trigger rewrites when ``user_id`` changes."""
+    indexed = (*columns, "scope") if scoped else columns
+    cols = ", ".join(indexed)
+    watched = ", ".join((*columns, "user_id") if scoped else columns)
+    new = ", ".join(f"new.{c}" for c in indexed)
+    old = ", ".join(f"old.{c}" for c in indexed)
     fts = f"{table}_fts"
     return (
         f"CREATE VIRTUAL TABLE {fts} USING fts5({cols}, content='{table}', content_rowid='pk', "
@@ -122,7 +128,7 @@ def _fts_sql(table: str, columns: tuple[str, ...]) -> tuple[str, ...]:
         f"INSERT INTO {fts} (rowid, {cols}) VALUES (new.pk, {new}); END",
         f"CREATE TRIGGER {table}_ad AFTER DELETE ON {table} BEGIN "
         f"INSERT INTO {fts} ({fts}, rowid, {cols}) VALUES ('delete', old.pk, {old}); END",
-        f"CREATE TRIGGER {table}_au AFTER UPDATE OF {cols} ON {table} BEGIN "
+        f"CREATE TRIGGER {table}_au AFTER UPDATE OF {watched} ON {table} BEGIN "
         f"INSERT INTO {fts} ({fts}, rowid, {cols}) VALUES ('delete', old.pk, {old}); "
         f"INSERT INTO {fts} (rowid, {cols}) VALUES (new.pk, {new}); END",
         f"INSERT INTO {fts} ({fts}) VALUES ('rebuild')",
@@ -244,11 +250,38 @@ def m0007_add_api_keys() -> tuple[Step, ...]:
     )
 
 
+FTS_COLUMNS: dict[str, tuple[str, ...]] = {
+    "knowledge": ("content", "entity"),
+    "conversations": ("content", "name", "context", "day"),
+}
+"""The text columns each full-text index holds (besides ``scope``)."""
+
+
+def m0008_scope_keyword_index() -> tuple[Step, ...]:
+    """Each full-text index holds its row's user as one word, so a keyword search reads
+    and ranks only the searching user's rows.
+
+    ``scope`` is a virtual generated column: ``'u'`` and the hex digits of the user id,
+    one token that no text holds (``keyword_scope`` writes the same in Python). FTS5
+    keeps one index for the whole file; without this token every row of every user
+    holding a query word was BM25-scored and then dropped by the user filter. The
+    index is rebuilt once, by this migration."""
+    steps: list[Step] = []
+    for table, columns in FTS_COLUMNS.items():
+        steps += [f"DROP TRIGGER {table}_ai", f"DROP TRIGGER {table}_ad",
+                  f"DROP TRIGGER {table}_au", f"DROP TABLE {table}_fts",
+                  f"ALTER TABLE {table} ADD COLUMN scope TEXT "
+                  "GENERATED ALWAYS AS ('u' || hex(user_id)) VIRTUAL",
+                  *_fts_sql(table, columns, scoped=True)]
+    return tuple(steps)
+
+
 SQLITE_MIGRATIONS: tuple[Migration, ...] = tuple(
     Migration(number, fn.__name__.split("_", 1)[1], fn())
     for number, fn in enumerate(
         (m0001_initial, m0002_add_fts, m0003_add_embedding_staging, m0004_add_turn_context,
-         m0005_add_pipeline, m0006_add_lookup_indexes, m0007_add_api_keys),
+         m0005_add_pipeline, m0006_add_lookup_indexes, m0007_add_api_keys,
+         m0008_scope_keyword_index),
         start=1)
 )
 

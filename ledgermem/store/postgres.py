@@ -103,7 +103,7 @@ WITH hits AS MATERIALIZED (
 ), scored AS MATERIALIZED (
     SELECT pk, sum(greatest(ln((greatest(?::float8, df) - df + 0.5) / (df + 0.5)), 1e-6)
                    * freq * 2.2
-                   / (freq + 1.2 * (0.25 + 0.75 * doc_len / ?::float8))) AS score
+                   / (freq + 1.2 * (0.25 + 0.75 * (doc_len + 1) / ?::float8))) AS score
     FROM hits GROUP BY pk {having}
 )
 SELECT t.id, s.score FROM (SELECT pk, score FROM scored ORDER BY score DESC, pk) AS s
@@ -114,7 +114,8 @@ WHERE {where} ORDER BY s.score DESC, s.pk LIMIT ?
 query's lexemes in ``<table>_terms`` (m0007), read once: a term's document count is
 its number of postings for the user, a row's score the sum over its postings, with the
 term frequency (weight-B positions, a turn's neighbours' text, counting 0.4) and row
-length (``doc_len``, tokens) stored in each posting. AND keeps the rows holding every
+length (``doc_len``, tokens, plus one: FTS5 counts the user's scope token, see
+``sqlite.keyword_scope``) stored in each posting. AND keeps the rows holding every
 lexeme. The filters are checked on the rows in score order, until ``limit`` pass.
 The row count is cached (``CORPUS_TTL_S``) and another process's writes do not drop
 it, so a term may be in more rows than it says: the count is taken as at least the
@@ -532,7 +533,8 @@ class PostgresStore(SQLStore):
                 having = _ALL_WORDS if every else _TWO_WORDS if how == "two" else ""
                 rows = run(_BM25_SQL.format(table=table, lexemes=_LEXEMES, where=where,
                                             having=having),
-                           [user_id, text, n_rows, avgdl, *([text] if every else []), *params,
+                           [user_id, text, n_rows, avgdl + 1,
+                            *([text] if every else []), *params,
                             limit])
                 return [(r[0], float(r[1])) for r in rows]
 

@@ -24,7 +24,7 @@ from ..errors import InvalidInput, SchemaMismatch, StorageError
 from ..types import ItemQuery
 from . import vector_file
 from .base import MatchMode, Table, TurnQuery, Vector, iter_chunks
-from .migrations import SQLITE_MIGRATIONS, Migration
+from .migrations import FTS_COLUMNS, SQLITE_MIGRATIONS, Migration
 from .sql import (
     CONTEXT_TURNS,
     EMBED_TEXT,
@@ -43,8 +43,13 @@ from .vector_index import UserVectors, VectorIndex
 __all__ = ["SQLiteStore", "fts_match_sql"]
 
 LOCK_RETRY_S = 120.0
-_TURN_BM25 = "bm25(conversations_fts, 1.0, 1.0, 0.4, 1.0)"
-"""Column weights: content, speaker name, neighbours' text (light), day in words."""
+_BM25: dict[str, str] = {
+    "knowledge": "bm25(knowledge_fts, 1.0, 1.0, 0.0)",
+    "conversations": "bm25(conversations_fts, 1.0, 1.0, 0.4, 1.0, 0.0)",
+}
+"""BM25 with column weights (``FTS_COLUMNS`` and the scope token, which weighs
+nothing). Knowledge: content, entity. Turns: content, speaker name, neighbours' text
+(light), day in words."""
 
 
 @contextmanager
@@ -84,6 +89,22 @@ def fts_match_sql(terms: Sequence[str], mode: MatchMode) -> str:
     if mode == "two" and len(quoted) > 2:
         return " OR ".join(f"({a} {b})" for a, b in combinations(quoted, 2))
     return (" OR " if mode == "or" or len(quoted) == 1 else " ").join(quoted)
+
+
+def keyword_scope(user_id: str) -> str:
+    """The one-word token the full-text indexes hold for ``user_id``'s rows: what the
+    ``scope`` column computes, ``'u' || hex(user_id)`` (FTS5 folds the case)."""
+    return "u" + user_id.encode("utf-8").hex()
+
+
+def scoped_match(table: Table, user_id: str, terms: Sequence[str], mode: MatchMode) -> str:
+    """``fts_match_sql`` over ``table``'s text columns, limited to ``user_id``'s rows.
+
+    The token is a filter, not the check: a search still compares ``user_id`` (two
+    ids could stem to one token)."""
+    columns = " ".join(FTS_COLUMNS[table])
+    return (f'scope : "{keyword_scope(user_id)}" AND '
+            f"{{{columns}}} : ({fts_match_sql(terms, mode)})")
 
 
 class SQLiteStore(SQLStore):
@@ -270,41 +291,72 @@ class SQLiteStore(SQLStore):
     def keyword_search_items(
         self, user_id: str, terms: Sequence[str], mode: MatchMode, query: ItemQuery, limit: int
     ) -> list[tuple[str, float]]:
-        where, params = item_where_sql(user_id, query, prefix="t.")
-        return self._keyword("knowledge", "bm25(knowledge_fts)", terms, mode, where, params,
-                             limit)
+        # Only current-ness narrows a plain query beyond its user: few of the best
+        # rows are superseded, so ranking the index alone first pays (``_bm25``).
+        plain = query == ItemQuery(include_superseded=query.include_superseded)
+        return self._keyword("knowledge", user_id, terms, mode, query, plain, limit)
 
     def keyword_search_turns(
         self, user_id: str, terms: Sequence[str], mode: MatchMode, query: TurnQuery, limit: int
     ) -> list[tuple[str, float]]:
-        where, params = turn_where_sql(user_id, query, prefix="t.")
-        return self._keyword("conversations", _TURN_BM25, terms, mode, where, params, limit)
+        return self._keyword("conversations", user_id, terms, mode, query,
+                             query == TurnQuery(), limit)
 
-    def _keyword(self, table: Table, bm25: str, terms: Sequence[str], mode: MatchMode,
-                 where: str, params: list[Any], limit: int) -> list[tuple[str, float]]:
-        """``sql.keyword_hits`` over FTS5 (BM25, counts and statistics of the whole file)."""
+    def _keyword(self, table: Table, user_id: str, terms: Sequence[str], mode: MatchMode,
+                 query: ItemQuery | TurnQuery, plain: bool, limit: int
+                 ) -> list[tuple[str, float]]:
+        """``sql.keyword_hits`` over FTS5 (BM25, counts and statistics of the whole file),
+        each match limited to the user's rows by their ``scope`` token."""
         if not terms:
             return []
         fts = f"{table}_fts"
 
+        def where(by_id: bool) -> tuple[str, list[Any]]:
+            if isinstance(query, ItemQuery):
+                return item_where_sql(user_id, query, prefix="t.", by_id=by_id)
+            return turn_where_sql(user_id, query, prefix="t.", by_id=by_id)
+
         def newest(words: Sequence[str]) -> list[str]:
+            clause, params = where(False)
             return [r[0] for r in self._read(
                 f"SELECT t.id FROM {fts} JOIN {table} AS t ON t.pk = {fts}.rowid "
-                f"WHERE {fts} MATCH ? AND {where} ORDER BY {fts}.rowid DESC LIMIT ?",
-                [fts_match_sql(words, "or"), *params, limit])]
+                f"WHERE {fts} MATCH ? AND {clause} ORDER BY {fts}.rowid DESC LIMIT ?",
+                [scoped_match(table, user_id, words, "or"), *params, limit])]
 
         return keyword_hits(
             terms, mode, limit,
-            bm25=lambda words, how: self._bm25(fts, table, bm25, words, how, where, params,
-                                               limit),
+            bm25=lambda words, how: self._bm25(
+                table, scoped_match(table, user_id, words, how), where, plain, limit),
             common_terms=lambda words: self._common_terms(fts, table, words), newest=newest)
 
-    def _bm25(self, fts: str, table: str, bm25: str, terms: Sequence[str], mode: MatchMode,
-              where: str, params: list[Any], limit: int) -> list[tuple[str, float]]:
+    def _bm25(self, table: Table, match: str,
+              where: Callable[[bool], tuple[str, list[Any]]], plain: bool, limit: int
+              ) -> list[tuple[str, float]]:
+        """The ``limit`` best rows matching ``match`` and ``where``, by BM25.
+
+        A plain query (``where`` narrows no further than the scope token does, but for
+        a superseded item) ranks the index alone and then reads only its best rows: a
+        join ranks every matching row after reading it from the table, which cost a
+        LoCoMo search as much as the ranking. The filter marks the rows it drops (a left
+        join); should it drop so many that fewer than ``limit`` remain, the joined
+        statement runs instead."""
+        fts, bm25 = f"{table}_fts", _BM25[table]
+        if plain:
+            wanted = limit + limit // 4 + 1
+            clause, params = where(True)
+            ranked = self._read(
+                f"SELECT t.id, -s.score FROM (SELECT rowid, {bm25} AS score FROM {fts} "
+                f"WHERE {fts} MATCH ? ORDER BY score LIMIT ?) AS s "
+                f"LEFT JOIN {table} AS t ON t.pk = s.rowid AND {clause} ORDER BY s.score",
+                [match, wanted, *params])
+            kept = [(doc_id, float(score)) for doc_id, score in ranked if doc_id is not None]
+            if len(kept) >= limit or len(ranked) < wanted:
+                return kept[:limit]
+        clause, params = where(False)
         rows = self._read(
             f"SELECT t.id, -{bm25} AS score FROM {fts} JOIN {table} AS t ON t.pk = {fts}.rowid "
-            f"WHERE {fts} MATCH ? AND {where} ORDER BY {bm25} LIMIT ?",
-            [fts_match_sql(terms, mode), *params, limit])
+            f"WHERE {fts} MATCH ? AND {clause} ORDER BY {bm25} LIMIT ?",
+            [match, *params, limit])
         return [(r[0], float(r[1])) for r in rows]
 
     def _common_terms(self, fts: str, table: str, terms: Sequence[str]) -> set[str]:

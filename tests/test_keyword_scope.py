@@ -1,0 +1,125 @@
+"""SQLite's full-text indexes hold each row's user as one token, and a keyword search
+matches only the searching user's rows through it (migration 8).
+
+FTS5 keeps one index for the whole file: without the token, a search BM25-scored every
+row of every user that held a query word, and the user filter dropped the others' after.
+The token only narrows the match; the user's id is still compared, so nothing here is
+what keeps users apart (tests/test_isolation.py is).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ledgermem import Memory
+from ledgermem.store.base import TurnQuery
+from ledgermem.store.sqlite import SQLiteStore, keyword_scope, scoped_match
+from ledgermem.types import ItemQuery
+from tests.support import rows
+
+pytestmark = pytest.mark.sqlite_only
+
+USERS = ("alice", "Alice", "ä-ü 名前", "🙂", "x" * 200, "a.b@c.d", "tested", "u61", "6")
+"""Ids that differ by case only, non-ASCII and emoji, longer than the porter stemmer's
+64 bytes, punctuation, an English word, one that spells another's token."""
+
+
+@pytest.fixture
+def memory(tmp_path: Path) -> Iterator[Memory]:
+    with Memory.open(tmp_path / "scope.db", embedder=None) as memory:
+        yield memory
+
+
+def _store(memory: Memory) -> SQLiteStore:
+    assert isinstance(memory.store, SQLiteStore)
+    return memory.store
+
+
+def _matches(path: Path, table: str, user_id: str, word: str) -> int:
+    match = scoped_match(table, user_id, [word], "or")  # type: ignore[arg-type]
+    return int(rows(path, f"SELECT count(*) FROM {table}_fts WHERE {table}_fts MATCH ?",
+                    [match])[0][0])
+
+
+def test_each_row_is_indexed_under_its_users_token(memory: Memory, tmp_path: Path) -> None:
+    for user in USERS:
+        handle = memory.for_user(user)
+        handle.remember(f"Drinks green tea every morning ({user})")
+        handle.add_turn("user", "Tea again today", session_id=f"{user}:chat")
+    path = tmp_path / "scope.db"
+    for user in USERS:
+        assert _matches(path, "knowledge", user, "tea") == 1, user
+        assert _matches(path, "conversations", user, "tea") == 1, user
+    # The generated column is what keyword_scope writes (FTS5 folds the case).
+    stored = {r[0]: r[1] for r in rows(path, "SELECT user_id, scope FROM knowledge")}
+    assert {user: token.lower() for user, token in stored.items()} == {
+        user: keyword_scope(user) for user in USERS}
+
+
+def test_query_words_never_match_the_token(memory: Memory, tmp_path: Path) -> None:
+    alice = memory.for_user("alice")
+    alice.remember("Walks to work")
+    assert alice.search(keyword_scope("alice"), touch=False) == []
+    assert alice.search("walks", touch=False)
+
+
+def test_every_ranking_statement_is_scoped(memory: Memory) -> None:
+    store = _store(memory)
+    alice, bob = memory.for_user("alice"), memory.for_user("bob")
+    bob.remember_many([f"Bob brews tea number {n}" for n in range(40)])
+    alice.remember("Alice keeps her tea in a tin")
+    alice.add_turn("user", "The tea tin is blue", session_id="alice:chat")
+    me, seen = threading.get_ident(), list[str]()
+
+    def note(sql: str) -> None:
+        if threading.get_ident() == me and "bm25(" in sql:
+            seen.append(sql)
+
+    store.trace(note)
+    try:
+        assert [h.content for h in alice.search("tea", touch=False)] == [
+            "Alice keeps her tea in a tin"]
+        assert [h.content for h in alice.search_conversations("tea tin")] == [
+            "The tea tin is blue"]
+    finally:
+        store.trace(None)
+    assert seen and all(f'scope : "{keyword_scope("alice")}"' in sql for sql in seen)
+
+
+def test_superseded_rows_at_the_top_fall_back_to_the_joined_ranking(memory: Memory) -> None:
+    """The index is ranked alone first; when the filter then drops so many of its best
+    rows (superseded items stay in the index) that too few remain, the joined
+    ranking runs, and the answer is the same as if it had run at once."""
+    store = _store(memory)
+    alice = memory.for_user("alice")
+    kept = [alice.remember(f"Oolong tea from shop {n}") for n in range(3)]
+    for n in range(12):
+        old = alice.remember(f"Tea tea tea, tea {n}")     # ranks above the kept ones
+        alice.revise(old.id, f"Coffee now, number {n}")
+    found = store.keyword_search_items("alice", ["tea"], "or", ItemQuery(), 3)
+    assert sorted(i for i, _ in found) == sorted(i.id for i in kept)
+    everything = store.keyword_search_items("alice", ["tea"], "or",
+                                            ItemQuery(include_superseded=True), 3)
+    assert not {i for i, _ in everything} & {i.id for i in kept}
+
+
+@pytest.mark.parametrize("limit", [1, 4, 10, 50])
+def test_the_ranking_equals_the_joined_one(memory: Memory, limit: int) -> None:
+    store = _store(memory)
+    alice = memory.for_user("alice")
+    for n in range(30):
+        alice.add_turn("user", f"{'tea ' * (n % 5 + 1)}and a biscuit {n}",
+                       session_id="alice:chat")
+    memory.for_user("bob").add_turns([{"role": "user", "content": "tea " * n}
+                                      for n in range(1, 30)], session_id="bob:chat")
+    fast = store.keyword_search_turns("alice", ["tea", "biscuit"], "or", TurnQuery(), limit)
+    # A filter that narrows nothing takes the joined statement.
+    joined = store.keyword_search_turns("alice", ["tea", "biscuit"], "or",
+                                        TurnQuery(time_from="2000-01-01"), limit)
+    assert len(fast) == min(limit, 30)
+    assert [round(score, 9) for _, score in fast] == [round(score, 9) for _, score in joined]
+    assert {i for i, _ in fast} <= {t.id for t in alice.session_history("alice:chat")}
