@@ -17,7 +17,13 @@ import pytest
 
 from ledgermem import Memory
 from ledgermem.store.base import TurnQuery
-from ledgermem.store.sqlite import SQLiteStore, keyword_scope, scoped_match
+from ledgermem.store.sqlite import (
+    SCOPE_SHARE,
+    SHARE_RECOUNT_ROWS,
+    SQLiteStore,
+    keyword_scope,
+    scoped_match,
+)
 from ledgermem.types import ItemQuery
 from tests.support import rows
 
@@ -71,6 +77,8 @@ def test_every_ranking_statement_is_scoped(memory: Memory) -> None:
     store = _store(memory)
     alice, bob = memory.for_user("alice"), memory.for_user("bob")
     bob.remember_many([f"Bob brews tea number {n}" for n in range(40)])
+    bob.add_turns([{"role": "user", "content": f"Tea tin {n}"} for n in range(40)],
+                  session_id="bob:chat")
     alice.remember("Alice keeps her tea in a tin")
     alice.add_turn("user", "The tea tin is blue", session_id="alice:chat")
     me, seen = threading.get_ident(), list[str]()
@@ -88,6 +96,42 @@ def test_every_ranking_statement_is_scoped(memory: Memory) -> None:
     finally:
         store.trace(None)
     assert seen and all(f'scope : "{keyword_scope("alice")}"' in sql for sql in seen)
+
+
+def test_a_user_holding_most_rows_is_searched_without_the_token(tmp_path: Path) -> None:
+    """Intersecting a long token list costs more than dropping the few others' rows."""
+    with Memory.open(tmp_path / "share.db", embedder=None) as memory:
+        memory.for_user("alice").remember_many(
+            [f"Alice grows tea in pot {n}" for n in range(30)])
+        memory.for_user("bob").remember_many(
+            [f"Tea, tea and more tea, says Bob {n}" for n in range(10)])
+    # A new store counts each user's share at their first search (a store that saw the
+    # file grow from empty counts it again: test_a_share_is_counted_again_as_the_file_grows).
+    with Memory.open(tmp_path / "share.db", embedder=None) as memory:
+        _a_user_holding_most_rows(memory)
+
+
+def _a_user_holding_most_rows(memory: Memory) -> None:
+    store = _store(memory)
+    alice, bob = memory.for_user("alice"), memory.for_user("bob")
+    me, seen = threading.get_ident(), list[str]()
+
+    def note(sql: str) -> None:
+        if threading.get_ident() == me and "bm25(" in sql:
+            seen.append(sql)
+
+    store.trace(note)
+    try:
+        hits = alice.search("tea", touch=False, top_k=5)
+    finally:
+        store.trace(None)
+    # Bob's rows rank first in the index; they are dropped, and Alice's best remain.
+    assert len(hits) == 5 and all(h.content.startswith("Alice") for h in hits)
+    assert seen and not any("scope :" in sql for sql in seen)
+    found = store.keyword_search_items("alice", ["tea"], "or", ItemQuery(), 30)
+    joined = store.keyword_search_items("alice", ["tea"], "or", ItemQuery(category="fact"), 30)
+    assert sorted(found) == sorted(joined) and len(found) == 30
+    assert {h.content[:3] for h in bob.search("tea", touch=False)} == {"Tea"}
 
 
 def test_superseded_rows_at_the_top_fall_back_to_the_joined_ranking(memory: Memory) -> None:
@@ -123,3 +167,14 @@ def test_the_ranking_equals_the_joined_one(memory: Memory, limit: int) -> None:
     assert len(fast) == min(limit, 30)
     assert [round(score, 9) for _, score in fast] == [round(score, 9) for _, score in joined]
     assert {i for i, _ in fast} <= {t.id for t in alice.session_history("alice:chat")}
+
+
+def test_a_share_is_counted_again_as_the_file_grows(memory: Memory) -> None:
+    store = _store(memory)
+    alice, bob = memory.for_user("alice"), memory.for_user("bob")
+    alice.remember("Alice grows tea")       # her dedup lookup counted her share: none
+    bob.remember("Bob drinks tea")
+    assert store._share("knowledge", "alice") == 0.0    # kept: the file is still small
+    alice.remember_many([f"Alice's tea number {n}" for n in range(SHARE_RECOUNT_ROWS + 5)],
+                        dedup=False)
+    assert store._share("knowledge", "alice") == SCOPE_SHARE  # counted again: most rows

@@ -103,10 +103,10 @@ def test_search_all_reads_knowledge_keywords_once(keyword_mem: Memory) -> None:
     alice.add_turn("user", "The green kettle whistles")
     with statements(keyword_mem) as seen:
         alice.search_all("green kettle")
-    knowledge_bm25 = [s for s in seen if "bm25(knowledge_fts)" in s]
+    knowledge_bm25 = [s for s in seen if "bm25(knowledge_fts" in s]
     with statements(keyword_mem) as alone:
         alice.search("green kettle", touch=False)
-    assert len(knowledge_bm25) == len([s for s in alone if "bm25(knowledge_fts)" in s])
+    assert len(knowledge_bm25) == len([s for s in alone if "bm25(knowledge_fts" in s]) > 0
     assert writes(seen) == []
 
 
@@ -196,6 +196,7 @@ def test_remember_many_with_dedup_writes_once_and_reads_a_bounded_amount_per_ite
         tmp_path: Path, clock: FakeClock) -> None:
     with Memory.open(tmp_path / "d.db", embedder=None, clock=clock) as memory:
         _many(memory, 50, dedup=False)
+        _many(memory, 1, dedup=True, start=99)   # counts Alice's share of the table once
         small = _many(memory, 10, dedup=True, start=100)
         large = _many(memory, 30, dedup=True, start=200)
         assert [s.split()[0] for s in writes(small)] == [
