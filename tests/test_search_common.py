@@ -53,6 +53,22 @@ def test_and_still_ranks_by_bm25(small_cutoff: None, mem: Memory,
     assert keyword(mem, ["tea", "time"], "and") == [teas["time"]]
 
 
+def test_and_of_common_terms_lists_newest_first(small_cutoff: None, mem: Memory,
+                                                alice: UserMemory, clock: FakeClock,
+                                                teas: dict[str, str]) -> None:
+    """Every term common: the rows holding them all, newest first, unscored (ranking
+    them all could mean scoring as many rows as a common term is in)."""
+    newer = []
+    for n in range(3):
+        newer.append(alice.remember(f"more tea, cup {n}", "note").id)
+        clock.advance(minutes=1)
+    alice.remember("more cake", "note")              # holds only one of the two
+    found = mem.store.keyword_search_items("alice", ["tea", "more"], "and", ItemQuery(), 10)
+    assert found == [(doc_id, 0.0) for doc_id in [*reversed(newer), teas["more"]]]
+    two = mem.store.keyword_search_items("alice", ["tea", "more"], "two", ItemQuery(), 2)
+    assert [doc_id for doc_id, _ in two] == [newer[2], newer[1]]
+
+
 def test_below_the_cutoff_or_is_plain_bm25(mem: Memory, teas: dict[str, str]) -> None:
     found = mem.store.keyword_search_items("alice", ["tea", "oolong"], "or", ItemQuery(), 10)
     assert found[0][0] == teas["oolong"]  # the rarer word weighs most

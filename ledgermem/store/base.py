@@ -280,10 +280,11 @@ class TextIndex(Protocol):
     ) -> list[tuple[str, float]]:
         """Full-text search over knowledge content and entity, best first.
 
-        ``and``: the rows holding every term, by BM25. ``two``: the rows holding at
-        least two of the terms (one, when only one is given), by BM25. ``or``: the rows
-        holding some term: by BM25 over the terms that are not common
-        (``sql.COMMON_TERM_SHARE``), then the newest rows holding a common term (score 0).
+        ``and``: the rows holding every term, by BM25 (newest first, score 0, when every
+        term is common). ``two``: the rows holding at least two of the terms (one, when
+        only one is given), by BM25. ``or``: the rows holding some term: by BM25 over
+        the terms that are not common (``sql.COMMON_TERM_SHARE``), then the newest rows
+        holding a common term (score 0).
         """
 
     @scoped_to_user

@@ -142,6 +142,13 @@ SELECT t.id FROM {table} AS t WHERE {where} AND EXISTS (
 ORDER BY t.pk DESC LIMIT ?
 """
 """The newest rows (by ``pk``, as SQLite orders by rowid) holding a common term."""
+_NEWEST_ALL_SQL = f"""
+SELECT t.id FROM {{table}} AS t WHERE {{where}} AND t.pk IN (
+    SELECT p.pk FROM {{table}}_terms AS p WHERE p.user_id = ? AND p.lexeme = ANY({_LEXEMES})
+    GROUP BY p.pk {_ALL_WORDS})
+ORDER BY t.pk DESC LIMIT ?
+"""
+"""The newest rows holding every one of the query's (common) lexemes."""
 CORPUS_TTL_S = 60.0
 """How long a user's row count and mean row length (BM25's corpus statistics) are
 reused; this process's own writes to the user drop them at once."""
@@ -281,6 +288,10 @@ class PostgresStore(SQLStore):
         self._search_path: str | None = None
         self._corpora: dict[tuple[str, str], tuple[int, int, float]] = {}
         """(table, user) → (rows, tokens in them, until when to trust it)."""
+        self._counted: dict[tuple[str, str, tuple[str, ...], int],
+                            tuple[tuple[int, int, float], frozenset[str]]] = {}
+        """(table, user, words, cut-off) → (the ``_corpora`` entry counted under, the
+        common words): ``_common_terms``."""
         self._migrate(migrations)
         self._pool: ConnectionPool[Conn] = ConnectionPool(
             url, min_size=min_size, max_size=max_size, open=False, name="ledgermem",
@@ -538,9 +549,14 @@ class PostgresStore(SQLStore):
                             limit])
                 return [(r[0], float(r[1])) for r in rows]
 
-            def newest(words: Sequence[str]) -> list[str]:
+            def newest(words: Sequence[str], how: MatchMode) -> list[str]:
+                text = " ".join(words)
+                if how == "and":
+                    return [r[0] for r in run(
+                        _NEWEST_ALL_SQL.format(table=table, where=where),
+                        [*params, user_id, text, text, limit])]
                 return [r[0] for r in run(_NEWEST_SQL.format(table=table, where=where),
-                                          [*params, " ".join(words), limit])]
+                                          [*params, text, limit])]
 
             return keyword_hits(
                 terms, mode, limit, bm25=bm25, newest=newest,
@@ -549,9 +565,21 @@ class PostgresStore(SQLStore):
 
     def _common_terms(self, run: Run, table: str, user_id: str, terms: Sequence[str],
                       cutoff: int) -> set[str]:
-        """The terms whose postings for this user outnumber ``cutoff``."""
+        """The terms whose postings for this user outnumber ``cutoff``. Kept while the
+        user's cached corpus statistics are (a search asks for its words' for the
+        ``and`` search and again for the ``or`` one)."""
+        key = (table, user_id, tuple(sorted(set(terms))), cutoff)
+        corpus = self._corpora.get((table, user_id))
+        kept = self._counted.get(key)
+        if kept is not None and corpus is not None and kept[0] is corpus:
+            return set(kept[1])
         counts = self._term_counts(run, table, user_id, terms, cutoff)
-        return {term for term, count in counts.items() if count > cutoff}
+        common = {term for term, count in counts.items() if count > cutoff}
+        if corpus is not None:
+            if len(self._counted) >= 256:
+                self._counted.clear()
+            self._counted[key] = (corpus, frozenset(common))
+        return common
 
     def term_counts(self, user_id: str, table: Table, terms: Sequence[str]
                     ) -> tuple[int, dict[str, int]]:

@@ -94,27 +94,32 @@ def keyword_hits(
     terms: Sequence[str], mode: MatchMode, limit: int, *,
     bm25: Callable[[Sequence[str], MatchMode], list[tuple[str, float]]],
     common_terms: Callable[[Sequence[str]], set[str]],
-    newest: Callable[[Sequence[str]], list[str]],
+    newest: Callable[[Sequence[str], MatchMode], list[str]],
 ) -> list[tuple[str, float]]:
     """The keyword search both stores run over their own primitives: ``and`` ranks the
     rows holding every term by BM25, ``two`` those holding two of them; ``or`` ranks by
     BM25 over the terms that are not common, then fills with the newest rows holding a
-    common one (score 0). ``two`` of two terms is ``and``, of one ``or``.
+    common one (score 0). ``two`` of two terms is ``and``, of one ``or``. When every
+    term is common, ``and`` lists the rows holding them all newest first (score 0), as
+    ``or`` does: ranking them could mean scoring thousands of rows, as many as a common
+    term's.
 
     ``bm25(terms, mode)`` returns up to ``limit`` (id, score) best first,
-    ``common_terms(terms)`` the common ones, ``newest(terms)`` up to ``limit`` ids of
-    rows holding any of ``terms``, newest first.
+    ``common_terms(terms)`` the common ones, ``newest(terms, mode)`` up to ``limit`` ids
+    of rows holding any (``or``) or all (``and``) of ``terms``, newest first.
     """
     if mode == "two" and len(terms) > 2:
         return bm25(terms, "two")
     if mode in ("and", "two") and len(terms) > 1:
-        return bm25(terms, "and")
+        if len(common_terms(terms)) < len(terms):
+            return bm25(terms, "and")
+        return [(doc_id, 0.0) for doc_id in newest(terms, "and")]
     common = common_terms(terms)
     rare = [term for term in terms if term not in common]
     found = bm25(rare, "or") if rare else []
     if len(found) < limit and common:
         seen = {doc_id for doc_id, _ in found}
-        found += [(doc_id, 0.0) for doc_id in newest([t for t in terms if t in common])
+        found += [(doc_id, 0.0) for doc_id in newest([t for t in terms if t in common], "or")
                   if doc_id not in seen]
     return found[:limit]
 

@@ -154,6 +154,9 @@ class SQLiteStore(SQLStore):
         self._shares: dict[tuple[str, str], tuple[float, float, int, int]] = {}
         """(table, user) → (share, expiry, ``_appended`` and the table's rows then)."""
         self._appended = 0
+        self._counted: dict[tuple[str, tuple[str, ...]],
+                            tuple[int, float, int, dict[str, int]]] = {}
+        """(table, words) → (``_appended``, expiry, cut-off, counts): ``_term_counts``."""
         self._indexes: dict[str, VectorIndex] = {"knowledge": VectorIndex(),
                                                  "conversations": VectorIndex()}
         self._migrate(migrations)
@@ -342,12 +345,12 @@ class SQLiteStore(SQLStore):
                 return item_where_sql(user_id, query, prefix="t.", by_id=by_id)
             return turn_where_sql(user_id, query, prefix="t.", by_id=by_id)
 
-        def newest(words: Sequence[str]) -> list[str]:
+        def newest(words: Sequence[str], how: MatchMode) -> list[str]:
             clause, params = where(False)
             return [r[0] for r in self._read(
                 f"SELECT t.id FROM {fts} JOIN {table} AS t ON t.pk = {fts}.rowid "
                 f"WHERE {fts} MATCH ? AND {clause} ORDER BY {fts}.rowid DESC LIMIT ?",
-                [match(words, "or"), *params, limit])]
+                [match(words, how), *params, limit])]
 
         return keyword_hits(
             terms, mode, limit,
@@ -429,8 +432,15 @@ class SQLiteStore(SQLStore):
 
         One statement for the corpus size and up to ``TERMS_PER_STATEMENT`` terms (a
         statement per term cost a search 1 + n statements twice, for turns and for the
-        knowledge they gave)."""
+        knowledge they gave). The answer is kept until this process appends an event
+        (or ``SHARE_TTL_S``): a search counts its words for the ``and`` search and
+        again for the ``or`` one."""
         words = sorted(set(terms))
+        key, now = (table, tuple(words)), time.monotonic()
+        kept = self._counted.get(key)
+        if kept is not None and kept[0] == self._appended and kept[1] > now:
+            return kept[2], dict(kept[3])
+        appended = self._appended
         limit, limit_params = common_term_rows_sql(f"SELECT coalesce(max(pk), 0) FROM {table}")
         cutoff, counts = 0, dict[str, int]()
         for part in list(iter_chunks(words, TERMS_PER_STATEMENT)) or [[]]:
@@ -442,6 +452,9 @@ class SQLiteStore(SQLStore):
             row = self._read(f"SELECT {limit}{columns}", params)[0]
             cutoff = row[0]
             counts.update(zip(part, row[1:], strict=True))
+        if len(self._counted) >= 256:
+            self._counted.clear()
+        self._counted[key] = (appended, now + SHARE_TTL_S, cutoff, dict(counts))
         return cutoff, counts
 
     def redact(self, user_id: str, subject_id: str) -> None:
