@@ -8,9 +8,23 @@ and a failure is logged and retried with backoff instead of killing the thread.
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 
 __all__ = ["BackgroundWorker"]
+
+
+def lower_priority(nice: int) -> None:
+    """Raise the calling thread's nice value by ``nice`` on Linux, so that it runs when
+    the threads serving callers leave a core idle; elsewhere (or if refused), nothing."""
+    if nice <= 0 or not sys.platform.startswith("linux"):
+        return
+    try:
+        thread = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, thread, os.getpriority(os.PRIO_PROCESS, thread) + nice)
+    except OSError:
+        pass
 
 
 class BackgroundWorker:
@@ -20,6 +34,9 @@ class BackgroundWorker:
     log_name = "ledgermem"
     idle_wake_s: float | None = None
     """Wake up this often even when nobody calls ``notify`` (None: only when notified)."""
+    nice = 0
+    """How much lower than the caller's the thread's CPU priority is (Linux, where
+    each thread has its own; threads it starts inherit it)."""
 
     def __init__(self) -> None:
         self.failures = 0
@@ -48,6 +65,7 @@ class BackgroundWorker:
                 self._thread.start()
 
     def _loop(self) -> None:
+        lower_priority(self.nice)
         delay = 0.5
         while not self._stop.is_set():
             self._wake.wait(timeout=self.idle_wake_s)

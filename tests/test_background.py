@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
+from collections.abc import Sequence
+from pathlib import Path
 
+import numpy.typing as npt
 import pytest
 
+from ledgermem import Memory
 from ledgermem.background import BackgroundWorker
+from ledgermem.retrieval.embedding import EmbeddingWorker
+from ledgermem.testing import HashEmbedder
 
 
 class _Failing(BackgroundWorker):
@@ -52,3 +60,33 @@ def test_a_failing_batch_is_logged_and_retried() -> None:
         deadline.wait(0.01)
     worker.close()
     assert worker.failures >= 1
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")
+def test_the_embedding_worker_and_the_threads_it_starts_yield_the_cpu(tmp_path: Path) -> None:
+    """Background embedding runs at a lower priority than the caller (and so do the
+    batch threads it starts), so writes and searches get the cores first."""
+    seen: dict[str, int] = {}
+    inner_done = threading.Event()
+
+    class Watching(HashEmbedder):
+        def _embed(self, texts: Sequence[str], *, query: bool) -> npt.ArrayLike:
+            me = threading.get_native_id()
+            seen.setdefault(threading.current_thread().name,
+                            os.getpriority(os.PRIO_PROCESS, me))
+            if threading.current_thread().name == EmbeddingWorker.thread_name:
+                started = threading.Thread(target=lambda: (seen.setdefault(
+                    "started by it", os.getpriority(os.PRIO_PROCESS, threading.get_native_id())),
+                    inner_done.set()))
+                started.start()
+                started.join()
+            return super()._embed(texts, query=query)
+
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    with Memory.open(tmp_path / "nice.db", embedder=Watching()) as memory:
+        memory.for_user("alice").remember("Tea at four")
+        assert inner_done.wait(30)
+    assert mine < 19    # else there is no lower priority to take
+    assert seen[EmbeddingWorker.thread_name] == min(19, mine + 10)
+    assert seen["started by it"] == seen[EmbeddingWorker.thread_name]
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine

@@ -213,6 +213,9 @@ class EmbeddingWorker(BackgroundWorker):
 
     thread_name = "ledgermem-embed"
     log_name = "ledgermem.embedding"
+    nice = 10
+    """Embedding yields the CPU to writes and searches: on two cores, the worker's
+    batch threads took the core a ``remember_many`` or a query's embedding waited for."""
 
     def __init__(self, store: Store, embedder: Embedder, *, batch_size: int = 128) -> None:
         super().__init__()
