@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,22 @@ def memory(tmp_path: Path) -> Iterator[Memory]:
 def _store(memory: Memory) -> SQLiteStore:
     assert isinstance(memory.store, SQLiteStore)
     return memory.store
+
+
+@contextmanager
+def _rankings(store: SQLiteStore) -> Iterator[list[str]]:
+    """The BM25 statements the calling thread runs inside the block."""
+    me, seen = threading.get_ident(), list[str]()
+
+    def note(sql: str) -> None:
+        if threading.get_ident() == me and "bm25(" in sql:
+            seen.append(sql)
+
+    store.trace(note)
+    try:
+        yield seen
+    finally:
+        store.trace(None)
 
 
 def _matches(path: Path, table: str, user_id: str, word: str) -> int:
@@ -81,20 +98,11 @@ def test_every_ranking_statement_is_scoped(memory: Memory) -> None:
                   session_id="bob:chat")
     alice.remember("Alice keeps her tea in a tin")
     alice.add_turn("user", "The tea tin is blue", session_id="alice:chat")
-    me, seen = threading.get_ident(), list[str]()
-
-    def note(sql: str) -> None:
-        if threading.get_ident() == me and "bm25(" in sql:
-            seen.append(sql)
-
-    store.trace(note)
-    try:
+    with _rankings(store) as seen:
         assert [h.content for h in alice.search("tea", touch=False)] == [
             "Alice keeps her tea in a tin"]
         assert [h.content for h in alice.search_conversations("tea tin")] == [
             "The tea tin is blue"]
-    finally:
-        store.trace(None)
     assert seen and all(f'scope : "{keyword_scope("alice")}"' in sql for sql in seen)
 
 
@@ -114,17 +122,8 @@ def test_a_user_holding_most_rows_is_searched_without_the_token(tmp_path: Path) 
 def _a_user_holding_most_rows(memory: Memory) -> None:
     store = _store(memory)
     alice, bob = memory.for_user("alice"), memory.for_user("bob")
-    me, seen = threading.get_ident(), list[str]()
-
-    def note(sql: str) -> None:
-        if threading.get_ident() == me and "bm25(" in sql:
-            seen.append(sql)
-
-    store.trace(note)
-    try:
+    with _rankings(store) as seen:
         hits = alice.search("tea", touch=False, top_k=5)
-    finally:
-        store.trace(None)
     # Bob's rows rank first in the index; they are dropped, and Alice's best remain.
     assert len(hits) == 5 and all(h.content.startswith("Alice") for h in hits)
     assert seen and not any("scope :" in sql for sql in seen)
