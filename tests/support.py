@@ -14,7 +14,8 @@ every user's rows (``ledgermem.all_users``), as the store's maintenance does.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -181,3 +182,21 @@ def supersede(mem: Memory, user_id: str, old_id: str, new_id_: str, at: str) -> 
         id=new_id(), ts=at, user_id=user_id, kind="memory.updated",
         payload={"changes": {"superseded_by": new_id_}, "reason": "test supersede"},
         subject_id=old_id)])
+
+
+@contextmanager
+def traced(store: Any, keep: Callable[[str], bool]) -> Iterator[list[str]]:
+    """The statements the calling thread runs inside the block on ``store`` (a
+    ``SQLiteStore``) that ``keep`` accepts; other threads' (background workers') are
+    left out."""
+    me, seen = threading.get_ident(), list[str]()
+
+    def note(sql: str) -> None:
+        if threading.get_ident() == me and keep(sql):
+            seen.append(sql)
+
+    store.trace(note)
+    try:
+        yield seen
+    finally:
+        store.trace(None)

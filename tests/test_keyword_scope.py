@@ -9,9 +9,8 @@ what keeps users apart (tests/test_isolation.py is).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,7 @@ from ledgermem.store.sqlite import (
     scoped_match,
 )
 from ledgermem.types import ItemQuery
-from tests.support import rows
+from tests.support import rows, traced
 
 pytestmark = pytest.mark.sqlite_only
 
@@ -46,20 +45,9 @@ def _store(memory: Memory) -> SQLiteStore:
     return memory.store
 
 
-@contextmanager
-def _rankings(store: SQLiteStore) -> Iterator[list[str]]:
+def _rankings(store: SQLiteStore) -> AbstractContextManager[list[str]]:
     """The BM25 statements the calling thread runs inside the block."""
-    me, seen = threading.get_ident(), list[str]()
-
-    def note(sql: str) -> None:
-        if threading.get_ident() == me and "bm25(" in sql:
-            seen.append(sql)
-
-    store.trace(note)
-    try:
-        yield seen
-    finally:
-        store.trace(None)
+    return traced(store, lambda sql: "bm25(" in sql)
 
 
 def _matches(path: Path, table: str, user_id: str, word: str) -> int:

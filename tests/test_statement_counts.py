@@ -9,7 +9,6 @@ workers'), without SQLite's own nested statements (FTS5 shadow tables, triggers)
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +19,7 @@ from ledgermem import Memory
 from ledgermem.retrieval.embedding import embed_query
 from ledgermem.store.sqlite import SQLiteStore
 from ledgermem.testing import HashEmbedder
-from tests.support import FakeClock
+from tests.support import FakeClock, traced
 
 WRITES = ("BEGIN", "INSERT", "UPDATE", "DELETE", "SAVEPOINT", "RELEASE", "COMMIT",
           "REPLACE")
@@ -28,22 +27,13 @@ WRITES = ("BEGIN", "INSERT", "UPDATE", "DELETE", "SAVEPOINT", "RELEASE", "COMMIT
 
 @contextmanager
 def statements(memory: Memory) -> Iterator[list[str]]:
-    """The top-level statements the calling thread runs inside the block."""
+    """The top-level statements the calling thread runs inside the block. SQLite's own
+    statements (FTS5 reading its shadow tables, a trigger's body) are traced too:
+    "-- …" or naming the schema ('main'.…)."""
     store = memory.store
     assert isinstance(store, SQLiteStore)
-    me, seen = threading.get_ident(), []
-
-    def note(sql: str) -> None:
-        # SQLite's own statements (FTS5 reading its shadow tables, a trigger's body)
-        # are traced too: "-- …" or naming the schema ('main'.…).
-        if threading.get_ident() == me and not sql.startswith("--") and "'main'." not in sql:
-            seen.append(sql)
-
-    store.trace(note)
-    try:
+    with traced(store, lambda sql: not sql.startswith("--") and "'main'." not in sql) as seen:
         yield seen
-    finally:
-        store.trace(None)
 
 
 def issued(seen: list[str]) -> list[str]:
