@@ -65,8 +65,12 @@ def test_and_of_common_terms_lists_newest_first(small_cutoff: None, mem: Memory,
     alice.remember("more cake", "note")              # holds only one of the two
     found = mem.store.keyword_search_items("alice", ["tea", "more"], "and", ItemQuery(), 10)
     assert found == [(doc_id, 0.0) for doc_id in [*reversed(newer), teas["more"]]]
-    two = mem.store.keyword_search_items("alice", ["tea", "more"], "two", ItemQuery(), 2)
-    assert [doc_id for doc_id, _ in two] == [newer[2], newer[1]]
+    # Dedup's ``two`` still ranks by BM25: a short restatement comes first, not the
+    # newest row.
+    two = mem.store.keyword_search_items("alice", ["tea", "more"], "two", ItemQuery(), 10)
+    assert {doc_id for doc_id, _ in two} == {*newer, teas["more"]}
+    assert all(score > 0 for _, score in two)
+    assert two[0][0] == teas["more"]                  # "more tea please": the shortest
 
 
 def test_below_the_cutoff_or_is_plain_bm25(mem: Memory, teas: dict[str, str]) -> None:

@@ -99,10 +99,10 @@ def keyword_hits(
     """The keyword search both stores run over their own primitives: ``and`` ranks the
     rows holding every term by BM25, ``two`` those holding two of them; ``or`` ranks by
     BM25 over the terms that are not common, then fills with the newest rows holding a
-    common one (score 0). ``two`` of two terms is ``and``, of one ``or``. When every
-    term is common, ``and`` lists the rows holding them all newest first (score 0), as
-    ``or`` does: ranking them could mean scoring thousands of rows, as many as a common
-    term's.
+    common one (score 0). ``two`` of two terms is ``and`` (BM25 always), of one
+    ``or``. When every term is common, ``and`` lists the rows holding them all newest
+    first (score 0), as ``or`` does: ranking them could mean scoring thousands of rows,
+    as many as a common term's.
 
     ``bm25(terms, mode)`` returns up to ``limit`` (id, score) best first,
     ``common_terms(terms)`` the common ones, ``newest(terms, mode)`` up to ``limit`` ids
@@ -111,7 +111,9 @@ def keyword_hits(
     if mode == "two" and len(terms) > 2:
         return bm25(terms, "two")
     if mode in ("and", "two") and len(terms) > 1:
-        if len(common_terms(terms)) < len(terms):
+        # Not for ``two``: dedup's lookup wants the shortest rows holding a short
+        # text's words, which BM25 ranks first, not the newest.
+        if mode == "two" or len(common_terms(terms)) < len(terms):
             return bm25(terms, "and")
         return [(doc_id, 0.0) for doc_id in newest(terms, "and")]
     common = common_terms(terms)
