@@ -116,8 +116,9 @@ token; a larger one without it. FTS5 walks the token's row list to intersect it 
 the query's: about 35 ns a row, 2.8 ms for a user of 80,000 rows, where ranking the
 few other users' rows and dropping them costs less (measured: docs/retrieval.md,
 "Keyword search scoped to its user")."""
-SHARE_TTL_S = 60.0
-"""How long a user's share of a table is reused before it is counted again."""
+KEYWORD_STATS_TTL_S = 60.0
+"""How long a user's share of a table, and a query's term counts, are reused before
+they are counted again (another process's writes do not drop them)."""
 SHARE_RECOUNT_ROWS = 1_000
 """A share is also counted again once this process has appended more events since the
 count than the table then held (or than this many): a table that grew from empty."""
@@ -360,7 +361,7 @@ class SQLiteStore(SQLStore):
 
     def _share(self, table: Table, user_id: str) -> float:
         """About the share of ``table``'s rows that are ``user_id``'s; ``SCOPE_SHARE``
-        when it is that or more (counted no further). Kept ``SHARE_TTL_S``, or until
+        when it is that or more (counted no further). Kept ``KEYWORD_STATS_TTL_S``, or until
         ``SHARE_RECOUNT_ROWS``."""
         key, now = (table, user_id), time.monotonic()
         known = self._shares.get(key)
@@ -374,7 +375,7 @@ class SQLiteStore(SQLStore):
             share = min(1.0, rows / total_rows) if total_rows else 0.0
             if len(self._shares) >= 10_000:
                 self._shares.clear()
-            known = self._shares[key] = (min(share, SCOPE_SHARE), now + SHARE_TTL_S,
+            known = self._shares[key] = (min(share, SCOPE_SHARE), now + KEYWORD_STATS_TTL_S,
                                          self._appended, total_rows)
         return known[0]
 
@@ -433,7 +434,7 @@ class SQLiteStore(SQLStore):
         One statement for the corpus size and up to ``TERMS_PER_STATEMENT`` terms (a
         statement per term cost a search 1 + n statements twice, for turns and for the
         knowledge they gave). The answer is kept until this process appends an event
-        (or ``SHARE_TTL_S``): a search counts its words for the ``and`` search and
+        (or ``KEYWORD_STATS_TTL_S``): a search counts its words for the ``and`` search and
         again for the ``or`` one."""
         words = sorted(set(terms))
         key, now = (table, tuple(words)), time.monotonic()
@@ -454,7 +455,7 @@ class SQLiteStore(SQLStore):
             counts.update(zip(part, row[1:], strict=True))
         if len(self._counted) >= 256:
             self._counted.clear()
-        self._counted[key] = (appended, now + SHARE_TTL_S, cutoff, dict(counts))
+        self._counted[key] = (appended, now + KEYWORD_STATS_TTL_S, cutoff, dict(counts))
         return cutoff, counts
 
     def redact(self, user_id: str, subject_id: str) -> None:
