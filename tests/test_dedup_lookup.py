@@ -109,3 +109,23 @@ def test_the_exact_texts_of_a_batch_are_read_by_the_content_index(mem: Memory) -
     else:
         plan = " ".join(str(r[-1]) for r in store._read("EXPLAIN QUERY PLAN " + sql, params))
         assert "knowledge_text" in plan, plan
+
+
+def test_term_counts_follow_this_process_writes(mem: Memory) -> None:
+    """Counts may be kept between calls (PostgreSQL keeps each word's), but what this
+    process writes is counted at once."""
+    alice = mem.for_user("alice")
+    alice.remember("walrus otter", dedup=False)
+    assert mem.store.term_counts("alice", "knowledge", ["walrus", "otter", "heron"])[1] == {
+        "walrus": 1, "otter": 1, "heron": 0}
+    alice.remember("walrus heron", dedup=False)
+    alice.remember_many(["Walrus lynx", "heron moose"], dedup=False)
+    assert mem.store.term_counts("alice", "knowledge", ["walrus", "otter", "heron"])[1] == {
+        "walrus": 3, "otter": 1, "heron": 2}
+    # PostgreSQL counts the user's rows; SQLite the file's (FTS5's statistics are).
+    mem.for_user("bob").remember("walrus walrus", dedup=False)
+    per_user = isinstance(mem.store, PostgresStore)
+    assert mem.store.term_counts("alice", "knowledge", ["walrus"])[1] == {
+        "walrus": 3 if per_user else 4}
+    assert mem.store.term_counts("bob", "knowledge", ["walrus"])[1] == {
+        "walrus": 1 if per_user else 4}

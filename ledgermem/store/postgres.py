@@ -47,6 +47,7 @@ from psycopg_pool import ConnectionPool
 from ..clock import iso, system_clock
 from ..domain.projection import Delete, Insert, changes_text, project
 from ..errors import InvalidInput, SchemaMismatch, StorageError
+from ..retrieval.keyword import word_set
 from ..types import Event, ItemQuery
 from .base import (
     MatchMode,
@@ -152,6 +153,8 @@ ORDER BY t.pk DESC LIMIT ?
 CORPUS_TTL_S = 60.0
 """How long a user's row count and mean row length (BM25's corpus statistics) are
 reused; this process's own writes to the user drop them at once."""
+WORD_COUNTS_KEPT = 100_000
+"""Words whose counts ``term_counts`` keeps (``CORPUS_TTL_S`` each), over all users."""
 _COSINE = "coalesce(nullif(1 - (embedding <=> ?::vector), 'NaN'), 0)"
 """Cosine similarity, 0 for a zero vector (pgvector says NaN), as SQLite's dot product."""
 
@@ -292,6 +295,9 @@ class PostgresStore(SQLStore):
                             tuple[tuple[int, int, float], frozenset[str]]] = {}
         """(table, user, words, cut-off) → (the ``_corpora`` entry counted under, the
         common words): ``_common_terms``."""
+        self._word_counts: dict[tuple[str, str, str], tuple[int, int, float]] = {}
+        """(table, user, word) → (its count, the cut-off it was counted to, until when
+        to trust it): ``term_counts``."""
         self._migrate(migrations)
         self._pool: ConnectionPool[Conn] = ConnectionPool(
             url, min_size=min_size, max_size=max_size, open=False, name="ledgermem",
@@ -489,6 +495,8 @@ class PostgresStore(SQLStore):
                     self._corpora.pop((table, user_id), None)
         super().append(events)  # scoped to the events' users (RowScope.EVENTS)
         self._count_added(added)
+        if self._word_counts:
+            self._count_words(events)
 
     def _count_added(self, added: dict[tuple[str, str], list[str]]) -> None:
         """Add rows this process just wrote to the cached corpus statistics: one read
@@ -505,6 +513,38 @@ class PostgresStore(SQLStore):
                     "user_id = ? AND id = ANY(?)", [user_id, ids])[0]
             self._corpora[(table, user_id)] = (cached[0] + int(rows),
                                                cached[1] + int(length), cached[2])
+
+    def _count_words(self, events: Sequence[Event]) -> None:
+        """Add the rows ``events`` insert to the kept counts of their words
+        (``term_counts``), so that this process's own writes keep them current; other
+        processes' writes are seen once a count expires (``CORPUS_TTL_S``)."""
+        tables = {key[0] for key in self._word_counts}
+        for event in events:
+            for change in project(event):
+                if not isinstance(change, Insert) or change.table not in tables:
+                    continue
+                text = " ".join(str(change.values.get(column) or "")
+                                for column in ("content", "entity", "name"))
+                for word in word_set(text):
+                    key = (change.table, event.user_id, word)
+                    kept = self._word_counts.get(key)
+                    if kept is not None and kept[0] <= kept[1]:
+                        self._word_counts[key] = (kept[0] + 1, kept[1], kept[2])
+
+    def redact(self, user_id: str, subject_id: str) -> None:
+        super().redact(user_id, subject_id)
+        self._forget_words(user_id)
+
+    def delete_user(self, user_id: str) -> int:
+        removed = super().delete_user(user_id)
+        self._forget_words(user_id)
+        return removed
+
+    def _forget_words(self, user_id: str) -> None:
+        """Drop the kept counts of ``user_id``'s words: no word of a redacted text or a
+        deleted user stays in this process."""
+        for key in [key for key in self._word_counts if key[1] == user_id]:
+            del self._word_counts[key]
 
     def _embedding_cache(self, run: Run) -> None:
         """Vectors stay server-side across a rebuild, in a temporary table."""
@@ -587,7 +627,24 @@ class PostgresStore(SQLStore):
         rows, and each term's postings stopping past it (``_term_counts``)."""
         with self._writing() as run:
             cutoff = common_term_rows(self._corpus(run, table, user_id)[0])
-            return cutoff, self._term_counts(run, table, user_id, terms, cutoff)
+            now = time.monotonic()
+            counts: dict[str, int] = {}
+            missing = []
+            for word in sorted(set(terms)):
+                kept = self._word_counts.get((table, user_id, word))
+                if kept is not None and kept[1] == cutoff and kept[2] > now:
+                    counts[word] = kept[0]
+                else:
+                    missing.append(word)
+            if missing:
+                fresh = self._term_counts(run, table, user_id, missing, cutoff)
+                if len(self._word_counts) + len(fresh) > WORD_COUNTS_KEPT:
+                    self._word_counts.clear()
+                until = now + CORPUS_TTL_S
+                for word, count in fresh.items():
+                    self._word_counts[(table, user_id, word)] = (count, cutoff, until)
+                counts.update(fresh)
+            return cutoff, counts
 
     def _term_counts(self, run: Run, table: str, user_id: str, terms: Sequence[str],
                      cutoff: int) -> dict[str, int]:
