@@ -298,6 +298,8 @@ class PostgresStore(SQLStore):
         self._word_counts: dict[tuple[str, str, str], tuple[int, int, float]] = {}
         """(table, user, word) → (its count, the cut-off it was counted to, until when
         to trust it): ``term_counts``."""
+        self._word_tables: set[str] = set()
+        """The tables of ``_word_counts``' words."""
         self._migrate(migrations)
         self._pool: ConnectionPool[Conn] = ConnectionPool(
             url, min_size=min_size, max_size=max_size, open=False, name="ledgermem",
@@ -518,7 +520,7 @@ class PostgresStore(SQLStore):
         """Add the rows ``events`` insert to the kept counts of their words
         (``term_counts``), so that this process's own writes keep them current; other
         processes' writes are seen once a count expires (``CORPUS_TTL_S``)."""
-        tables = {key[0] for key in self._word_counts}
+        tables = self._word_tables
         for event in events:
             for change in project(event):
                 if not isinstance(change, Insert) or change.table not in tables:
@@ -641,6 +643,7 @@ class PostgresStore(SQLStore):
                 if len(self._word_counts) + len(fresh) > WORD_COUNTS_KEPT:
                     self._word_counts.clear()
                 until = now + CORPUS_TTL_S
+                self._word_tables.add(table)
                 for word, count in fresh.items():
                     self._word_counts[(table, user_id, word)] = (count, cutoff, until)
                 counts.update(fresh)
