@@ -28,9 +28,9 @@ import functools
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
@@ -168,6 +168,10 @@ class _Local(threading.local):
     """What the open transaction has been told (None: unknown, tell it again)."""
     locked: frozenset[str] = frozenset()
     """The users whose lock (``_in_ledger_order``) the open transaction holds."""
+
+    def __init__(self) -> None:
+        self.inserted: dict[tuple[str, str], tuple[int, int]] = {}
+        """(table, user) → (rows, their tokens) inserted by the ``append`` under way."""
 
 
 class _VectorText(Loader):
@@ -490,31 +494,37 @@ class PostgresStore(SQLStore):
         # Keyword statistics change only with text: recall bookkeeping, confidence and
         # lineage events keep the cached corpus counts; new rows are added to them
         # below; rewritten or removed text drops them.
-        added = _added_rows(events)
-        for user_id in {event.user_id for event in events if changes_text(event)}:
-            for table in ("knowledge", "conversations"):
-                if (table, user_id) not in added:
-                    self._corpora.pop((table, user_id), None)
+        added, touched = _text_changes(events)
+        for key in touched - added.keys():
+            self._corpora.pop(key, None)
+        self._local.inserted = {}
         super().append(events)  # scoped to the events' users (RowScope.EVENTS)
         self._count_added(added)
         if self._word_counts:
             self._count_words(events)
 
+    _insert_returning: ClassVar[Mapping[str, str]] = {"knowledge": "user_id, doc_len",
+                                                      "conversations": "user_id, doc_len"}
+
+    def _inserted(self, table: str, rows: list[tuple[Any, ...]]) -> None:
+        inserted = self._local.inserted
+        for user_id, length in rows:
+            count, total = inserted.get((table, user_id), (0, 0))
+            inserted[(table, user_id)] = (count + 1, total + int(length))
+
     def _count_added(self, added: dict[tuple[str, str], list[str]]) -> None:
-        """Add rows this process just wrote to the cached corpus statistics: one read
-        by id, instead of recounting the user's every row at the next search. (A
-        transaction that rolls back later leaves them counted until ``CORPUS_TTL_S``;
-        stale statistics only shift scores.)"""
-        for (table, user_id), ids in added.items():
-            cached = self._corpora.get((table, user_id))
-            if cached is None:
+        """Add the rows this process just wrote to the cached corpus statistics, with
+        the lengths their INSERT returned (``_inserted``), instead of recounting the
+        user's every row at the next search. (A transaction that rolls back later
+        leaves them counted until ``CORPUS_TTL_S``; stale statistics only shift
+        scores.)"""
+        inserted, self._local.inserted = self._local.inserted, {}
+        for key in added:
+            cached = self._corpora.get(key)
+            if cached is None or key not in inserted:
                 continue
-            with self._scope((user_id, False)):
-                rows, length = self._read(
-                    f"SELECT count(*), coalesce(sum(doc_len), 0) FROM {table} WHERE "
-                    "user_id = ? AND id = ANY(?)", [user_id, ids])[0]
-            self._corpora[(table, user_id)] = (cached[0] + int(rows),
-                                               cached[1] + int(length), cached[2])
+            rows, length = inserted[key]
+            self._corpora[key] = (cached[0] + rows, cached[1] + length, cached[2])
 
     def _count_words(self, events: Sequence[Event]) -> None:
         """Add the rows ``events`` insert to the kept counts of their words
@@ -811,21 +821,27 @@ class PostgresStore(SQLStore):
                     "emb_seq = NULL WHERE embedding IS NOT NULL", [])
 
 
-def _added_rows(events: Sequence[Event]) -> dict[tuple[str, str], list[str]]:
-    """The ids of the rows ``events`` add to each (table, user) of the keyword-searched
-    tables, for users whose events there only add rows (no text rewritten or removed)."""
+def _text_changes(events: Sequence[Event]
+                  ) -> tuple[dict[tuple[str, str], list[str]], set[tuple[str, str]]]:
+    """Of the keyword-searched tables, per (table, user): the ids of the rows
+    ``events`` add, where they only add rows (no text rewritten or removed); and every
+    (table, user) whose text they add, rewrite or remove (``changes_text``)."""
     added: dict[tuple[str, str], list[str]] = {}
     changed: set[tuple[str, str]] = set()
+    touched: set[tuple[str, str]] = set()
     for event in events:
+        text = changes_text(event)
         for change in project(event):
             if change.table not in ("knowledge", "conversations"):
                 continue
             key = (change.table, event.user_id)
+            if text:
+                touched.add(key)
             if isinstance(change, Insert):
                 added.setdefault(key, []).append(str(change.values["id"]))
             elif isinstance(change, Delete) or "content" in change.values:
                 changed.add(key)
-    return {key: ids for key, ids in added.items() if key not in changed}
+    return {key: ids for key, ids in added.items() if key not in changed}, touched
 
 
 def _version(conn: Conn) -> int:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -397,15 +397,26 @@ class SQLStore(ABC):
             values = [[*row, text] for row, text in zip(values, texts, strict=True)]
         conflict = (" ON CONFLICT (user_id, item_a, item_b) DO NOTHING"
                     if table == "comparisons" else "")
-        run(f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
-            + ", ".join([f"({_marks(len(columns))})"] * len(values)) + conflict,
-            [value for row in values for value in row])
+        returning = self._insert_returning.get(table)
+        written = run(f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
+                      + ", ".join([f"({_marks(len(columns))})"] * len(values)) + conflict
+                      + (f" RETURNING {returning}" if returning else ""),
+                      [value for row in values for value in row])
+        if returning:
+            self._inserted(table, written)
         for start in range(0, len(around), APPEND_CHUNK):
             chunk = around[start:start + APPEND_CHUNK]
             run("UPDATE conversations SET context = v.column2 FROM (VALUES "
                 + ", ".join(["(CAST(? AS BIGINT), ?)"] * len(chunk))
                 + ") AS v WHERE conversations.pk = v.column1",
                 [value for pair in chunk for value in pair])
+
+    _insert_returning: ClassVar[Mapping[str, str]] = {}
+    """Per table, what an INSERT of its rows returns to ``_inserted`` (nothing: none)."""
+
+    def _inserted(self, table: str, rows: list[tuple[Any, ...]]) -> None:
+        """What the INSERT of new ``table`` rows returned (``_insert_returning``)."""
+        del table, rows
 
     def _neighbour_text(self, run: Run, rows: _Rows
                         ) -> tuple[list[str], list[tuple[int, str]]]:

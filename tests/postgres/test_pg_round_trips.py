@@ -109,3 +109,31 @@ def test_no_word_of_a_deleted_user_stays_counted(pg_memory: Memory) -> None:
     store.term_counts("alice", "knowledge", ["statue"])
     alice.forget_user()
     assert not [key for key in store._word_counts if key[1] == "alice"]
+
+
+def test_new_rows_join_the_cached_corpus_statistics_without_a_read(
+        pg_memory: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """BM25's cached row count and length (``_corpus``) take the rows a write adds from
+    what their INSERT returned: no statement reads them back, and the figures are
+    those a recount gives."""
+    alice = pg_memory.for_user("alice")
+    alice.remember("Alice keeps bees on the roof", dedup=False)
+    alice.add_turns([{"role": "user", "content": "The bees swarmed today"}],
+                    session_id="alice:bees")
+    alice.search("bees")
+    alice.search_conversations("bees")
+    store = pg_memory.store
+    assert isinstance(store, PostgresStore)
+    assert set(store._corpora) >= {("knowledge", "alice"), ("conversations", "alice")}
+    seen = _trace(monkeypatch)
+    alice.remember("Alice grows basil in the kitchen window")
+    alice.remember_many(["Alice walks to work on Mondays", "Alice reads crime novels"])
+    alice.add_turns([{"role": "user", "content": "Where do the wasps nest?"},
+                     {"role": "assistant", "content": "Under the eaves, by the gutter."}],
+                    session_id="alice:wasps")
+    assert not [sql for sql, _ in seen if "sum(doc_len)" in sql]
+    for table in ("knowledge", "conversations"):
+        with store._scope(("alice", False)), store._writing() as run:
+            rows, length = run(f"SELECT count(*), sum(doc_len) FROM {table} "
+                               "WHERE user_id = ?", ["alice"])[0]
+        assert store._corpora[(table, "alice")][:2] == (rows, length)
