@@ -339,12 +339,10 @@ class SQLStore(ABC):
             self._in_ledger_order(run, sorted({event.user_id for event in events}))
             for start in range(0, len(events), APPEND_CHUNK):
                 chunk = events[start:start + APPEND_CHUNK]
-                run(f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) VALUES "
-                    + ", ".join([f"({_marks(len(EVENT_COLUMNS))})"] * len(chunk)),
-                    [value for event in chunk for value in (
-                        event.id, event.ts, event.user_id, event.agent_id, event.session_id,
-                        event.kind, event.subject_id, json.dumps(event.payload),
-                        event.visibility)])
+                run(*self._insert_sql(run, "events", EVENT_COLUMNS, [(
+                    event.id, event.ts, event.user_id, event.agent_id, event.session_id,
+                    event.kind, event.subject_id, json.dumps(event.payload),
+                    event.visibility) for event in chunk]))
                 self._apply(run, chunk)
 
     def _apply(self, run: Run, events: Sequence[Event]) -> None:
@@ -398,10 +396,9 @@ class SQLStore(ABC):
         conflict = (" ON CONFLICT (user_id, item_a, item_b) DO NOTHING"
                     if table == "comparisons" else "")
         returning = self._insert_returning.get(table)
-        written = run(f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
-                      + ", ".join([f"({_marks(len(columns))})"] * len(values)) + conflict
-                      + (f" RETURNING {returning}" if returning else ""),
-                      [value for row in values for value in row])
+        written = run(*self._insert_sql(
+            run, table, columns, values,
+            conflict + (f" RETURNING {returning}" if returning else "")))
         if returning:
             self._inserted(table, written)
         for start in range(0, len(around), APPEND_CHUNK):
@@ -410,6 +407,15 @@ class SQLStore(ABC):
                 + ", ".join(["(CAST(? AS BIGINT), ?)"] * len(chunk))
                 + ") AS v WHERE conversations.pk = v.column1",
                 [value for pair in chunk for value in pair])
+
+    def _insert_sql(self, run: Run, table: str, columns: Sequence[str],
+                    rows: Sequence[Sequence[Any]], suffix: str = "") -> tuple[str, list[Any]]:
+        """One INSERT of ``rows`` (values of ``columns``, in order) into ``table``, with
+        ``suffix`` (ON CONFLICT, RETURNING) after: a multi-row VALUES list."""
+        del run
+        return (f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
+                + ", ".join([f"({_marks(len(columns))})"] * len(rows)) + suffix,
+                [value for row in rows for value in row])
 
     _insert_returning: ClassVar[Mapping[str, str]] = {}
     """Per table, what an INSERT of its rows returns to ``_inserted`` (nothing: none)."""

@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from ledgermem import Memory
+from ledgermem.store.base import TurnQuery
 from ledgermem.store.postgres import PostgresStore
+from ledgermem.types import ItemQuery
 
 
 def _trace(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[str, bool] | None]]:
@@ -137,3 +139,40 @@ def test_new_rows_join_the_cached_corpus_statistics_without_a_read(
             rows, length = run(f"SELECT count(*), sum(doc_len) FROM {table} "
                                "WHERE user_id = ?", ["alice"])[0]
         assert store._corpora[(table, "alice")][:2] == (rows, length)
+
+
+def test_a_bulk_write_passes_one_array_per_column(
+        pg_memory: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From ``UNNEST_ROWS`` rows on, an INSERT sends one array per column (a VALUES list
+    of 400 rows has thousands of placeholders for the driver to parse); the rows are
+    stored as a VALUES list stores them, in the order given."""
+    alice = pg_memory.for_user("alice")
+    seen = _trace(monkeypatch)
+    few = alice.remember_many([{"content": f"Hive {n} stands by the wall", "category": "note",
+                                "sensitive": True} for n in range(3)], dedup=False)
+    many = alice.remember_many([{"content": f"Jar {n} holds {n}00 grams of honey",
+                                 "confidence": 1, "metadata": {"batch": 2}}
+                                for n in range(20)], dedup=False)
+    turns = alice.add_turns([{"role": "user" if n % 2 else "assistant", "name": None,
+                              "content": f"Turn {n} about bees", "metadata": {"n": n}}
+                             for n in range(12)], session_id="alice:bees")
+    inserts = [sql for sql, _ in seen if sql.startswith(("INSERT INTO knowledge",
+                                                        "INSERT INTO conversations",
+                                                        "INSERT INTO events"))]
+    assert sum("unnest(" in sql for sql in inserts) == 4   # events and rows of the two bulks
+    assert sum("VALUES" in sql for sql in inserts) == 2    # the batch of three
+    store = pg_memory.store
+    items = {i.id: i for i in store.query_items("alice", ItemQuery())[0]}
+    assert [items[i.id].content for i in many] == [
+        f"Jar {n} holds {n}00 grams of honey" for n in range(20)]
+    assert all(items[i.id].confidence == 1.0 and items[i.id].metadata == {"batch": 2}
+               and not items[i.id].sensitive for i in many)
+    assert all(items[i.id].sensitive and items[i.id].category == "note" for i in few)
+    with store._scope(("alice", False)), store._writing() as run:
+        order = [r[0] for r in run("SELECT id FROM knowledge ORDER BY pk", [])]
+        turn_order = [r[0] for r in run("SELECT id FROM conversations ORDER BY pk", [])]
+    assert order == [i.id for i in [*few, *many]]
+    assert turn_order == [t.id for t in turns]
+    stored = store.query_turns("alice", TurnQuery(session_id="alice:bees"))
+    assert [(t.content, t.role, t.metadata) for t in stored] == [
+        (f"Turn {n} about bees", "user" if n % 2 else "assistant", {"n": n}) for n in range(12)]
