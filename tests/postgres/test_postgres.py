@@ -26,6 +26,7 @@ from ledgermem import (
 )
 from ledgermem.retrieval.embedding import reembed
 from ledgermem.retrieval.hybrid import SearchOptions
+from ledgermem.retrieval.keyword import query_terms
 from ledgermem.store.pg_migrations import PG_MIGRATIONS, TERM_FREQ
 from ledgermem.store.postgres import _BM25_SQL, _LEXEMES, PostgresStore, _placeholders
 from ledgermem.testing import HashEmbedder
@@ -285,8 +286,8 @@ def test_keyword_search_reads_postings_not_every_row(pg_memory: Memory, pg_url: 
     alice = pg_memory.for_user("alice")
     target = alice.remember("The kettle is descaled monthly", "fact")
     alice.remember("Green tea at noon", "preference")
-    sql = _BM25_SQL.format(table="knowledge", lexemes=_LEXEMES, having="",
-                           where="t.user_id = ?")
+    sql = _BM25_SQL.format(table="knowledge", lexemes=_LEXEMES, having="", paired="",
+                           source="hits", where="t.user_id = ?")
     with psycopg.connect(pg_url, autocommit=True) as conn, conn.transaction():
         conn.execute("SELECT set_config('ledgermem.user_id', 'alice', true), "
                      "set_config('enable_seqscan', 'off', true)")
@@ -575,7 +576,16 @@ def test_same_ranking_as_sqlite(pg_store: PostgresStore, tmp_path: Path) -> None
                     [(h.content, {k: round(v, 4) for k, v in h.why.items()}) for h in
                      alice.search(q, touch=False) + alice.search_conversations(q)]
                     for q in QUERIES]
+            # Dedup's mode: the same rows (those holding two of the words). Not the same
+            # scores: SQLite matches an OR of the pairs, and FTS5's BM25 counts a word
+            # once for each pair it is in.
+            runs["two"] = [
+                sorted(store.get_item(alice.user_id, item_id).content  # type: ignore[union-attr]
+                       for item_id, _ in store.keyword_search_items(
+                           alice.user_id, query_terms(q), "two", ItemQuery(), 10))
+                for q in QUERIES]
             found.append(runs)
     postgres, sqlite = found
-    assert all(all(hits) for hits in postgres.values())
+    assert all(all(hits) for mode, hits in postgres.items() if mode != "two")
+    assert any(postgres["two"])
     assert postgres == sqlite
