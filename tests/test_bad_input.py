@@ -158,6 +158,12 @@ def test_nul_characters_are_refused_everywhere(alice: UserMemory) -> None:
         alice.remember("tea\x00time")
     with pytest.raises(InvalidInput, match="NUL"):
         alice.add_turn("user", "tea\x00time")
+    # Bulk writes too (PostgreSQL sends their columns as binary arrays).
+    with pytest.raises(InvalidInput, match="NUL"):
+        alice.remember_many([f"Fact {n}" for n in range(9)] + ["tea\x00time"])
+    with pytest.raises(InvalidInput, match="NUL"):
+        alice.add_turns([{"role": "user", "content": f"Turn {n}"} for n in range(9)]
+                        + [{"role": "user", "content": "tea\x00time"}])
     assert event_count(alice._memory) == before
     assert alice.search("tea\x00time") == []        # searching for it is harmless
 
