@@ -364,6 +364,7 @@ PG_MIGRATIONS: tuple[Migration, ...] = tuple(
     for number, fn in enumerate(
         (m0001_initial, m0002_add_fts, m0003_add_embedding_staging, m0004_row_level_security,
          m0005_add_pipeline, m0006_add_lookup_indexes, m0007_add_term_index,
-         m0008_inline_vectors, m0009_add_api_keys, m0010_add_text_digest_index, m0011_drop_fts_gin),
+         m0008_inline_vectors, m0009_add_api_keys, m0010_add_text_digest_index,
+         m0011_drop_fts_gin),
         start=1)
 )

@@ -264,8 +264,8 @@ _BINARY = "?{binary}"
 @functools.lru_cache(maxsize=1024)
 def _placeholders(sql: str) -> str:
     """Portable ``?`` placeholders as psycopg's ``%s`` (a literal ``%`` doubled);
-    ``_BINARY`` as ``%b``, a value sent in binary: an array of 400 texts is dumped
-    ~8 times faster so than as text."""
+    ``_BINARY`` as ``%b``, a value sent in binary (the driver dumps an array of 400
+    texts ~8 times faster in binary than as text)."""
     return sql.replace("%", "%%").replace(_BINARY, "%b").replace("?", "%s")
 
 
@@ -517,7 +517,7 @@ class PostgresStore(SQLStore):
         # lineage events keep the cached corpus counts; new rows are added to them
         # below; rewritten or removed text drops them.
         added, touched = _text_changes(events)
-        for key in touched - added.keys():
+        for key in touched - added:
             self._corpora.pop(key, None)
         self._local.inserted = {}
         super().append(events)  # scoped to the events' users (RowScope.EVENTS)
@@ -561,7 +561,7 @@ class PostgresStore(SQLStore):
             count, total = inserted.get((table, user_id), (0, 0))
             inserted[(table, user_id)] = (count + 1, total + int(length))
 
-    def _count_added(self, added: dict[tuple[str, str], list[str]]) -> None:
+    def _count_added(self, added: set[tuple[str, str]]) -> None:
         """Add the rows this process just wrote to the cached corpus statistics, with
         the lengths their INSERT returned (``_inserted``), instead of recounting the
         user's every row at the next search. (A transaction that rolls back later
@@ -873,11 +873,11 @@ class PostgresStore(SQLStore):
 
 
 def _text_changes(events: Sequence[Event]
-                  ) -> tuple[dict[tuple[str, str], list[str]], set[tuple[str, str]]]:
-    """Of the keyword-searched tables, per (table, user): the ids of the rows
-    ``events`` add, where they only add rows (no text rewritten or removed); and every
-    (table, user) whose text they add, rewrite or remove (``changes_text``)."""
-    added: dict[tuple[str, str], list[str]] = {}
+                  ) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+    """Of the keyword-searched tables, the (table, user) pairs to which ``events`` only
+    add rows (no text rewritten or removed), and every pair whose text they add,
+    rewrite or remove (``changes_text``)."""
+    added: set[tuple[str, str]] = set()
     changed: set[tuple[str, str]] = set()
     touched: set[tuple[str, str]] = set()
     for event in events:
@@ -889,10 +889,10 @@ def _text_changes(events: Sequence[Event]
             if text:
                 touched.add(key)
             if isinstance(change, Insert):
-                added.setdefault(key, []).append(str(change.values["id"]))
+                added.add(key)
             elif isinstance(change, Delete) or "content" in change.values:
                 changed.add(key)
-    return {key: ids for key, ids in added.items() if key not in changed}, touched
+    return added - changed, touched
 
 
 def _version(conn: Conn) -> int:
