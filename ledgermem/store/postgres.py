@@ -166,7 +166,7 @@ UNNEST_ROWS = 8
 _ARRAY_VALUE: dict[str, Callable[[Any], Any]] = {
     "text": str, "bigint": int, "integer": int, "double precision": float, "boolean": bool}
 """Column types an INSERT may pass as arrays, and what each value becomes: a list the
-driver sends as one array must hold one Python type."""
+driver sends as one array must hold one Python type (text must already be ``str``)."""
 WORD_COUNTS_KEPT = 100_000
 """Words whose counts ``term_counts`` keeps (``CORPUS_TTL_S`` each), over all users."""
 _COSINE = "coalesce(nullif(1 - (embedding <=> ?::vector), 'NaN'), 0)"
@@ -534,12 +534,21 @@ class PostgresStore(SQLStore):
         kinds = [types.get(column, "") for column in columns]
         if len(rows) < UNNEST_ROWS or not all(kind in _ARRAY_VALUE for kind in kinds):
             return super()._insert_sql(run, table, columns, rows, suffix)
+        arrays = []
+        for i, kind in enumerate(kinds):
+            values = [row[i] for row in rows]
+            if kind == "text":
+                if not all(value is None or isinstance(value, str) for value in values):
+                    # Another type as text: leave its conversion to the VALUES list.
+                    return super()._insert_sql(run, table, columns, rows, suffix)
+            else:
+                values = [None if v is None else _ARRAY_VALUE[kind](v) for v in values]
+            arrays.append(values)
         names = ", ".join(columns)
-        arrays = ", ".join(f"{_BINARY}::{kind}[]" for kind in kinds)
-        return (f"INSERT INTO {table} ({names}) SELECT {names} FROM unnest({arrays}) "
-                f"WITH ORDINALITY AS u({names}, ledgermem_row) ORDER BY ledgermem_row{suffix}",
-                [[None if row[i] is None else _ARRAY_VALUE[kind](row[i]) for row in rows]
-                 for i, kind in enumerate(kinds)])
+        return (f"INSERT INTO {table} ({names}) SELECT {names} FROM unnest("
+                + ", ".join(f"{_BINARY}::{kind}[]" for kind in kinds)
+                + f") WITH ORDINALITY AS u({names}, ledgermem_row) ORDER BY ledgermem_row"
+                + suffix, arrays)
 
     def _column_types(self, run: Run, table: str) -> dict[str, str]:
         """``table``'s columns and their types (``format_type``), read once."""

@@ -176,3 +176,22 @@ def test_a_bulk_write_passes_one_array_per_column(
     stored = store.query_turns("alice", TurnQuery(session_id="alice:bees"))
     assert [(t.content, t.role, t.metadata) for t in stored] == [
         (f"Turn {n} about bees", "user" if n % 2 else "assistant", {"n": n}) for n in range(12)]
+
+
+def test_an_array_insert_keeps_on_conflict_and_leaves_other_types_to_values(
+        pg_store: PostgresStore) -> None:
+    columns = ("user_id", "item_a", "item_b", "outcome", "similarity", "ts")
+    rows = [("alice", f"a{n % 9}", "b", "same", 0.5 + n / 100, "2026-11-24T00:00:00+00:00")
+            for n in range(12)]  # three pairs twice
+    conflict = " ON CONFLICT (user_id, item_a, item_b) DO NOTHING"
+    with pg_store._scope(("alice", False)), pg_store._writing() as run:
+        sql, params = pg_store._insert_sql(run, "comparisons", columns, rows, conflict)
+        assert "unnest(" in sql and sql.endswith(conflict)
+        run(sql, params)
+        stored = run("SELECT item_a, similarity FROM comparisons ORDER BY item_a", [])
+        # A number for a text column: the VALUES list, where PostgreSQL converts it.
+        odd = [("alice", n, "c", "same", 1.0, "2026-11-24T00:00:00+00:00") for n in range(8)]
+        sql, _ = pg_store._insert_sql(run, "comparisons", columns, odd)
+        assert "VALUES" in sql and "unnest(" not in sql
+    # The first of each duplicate pair was kept, as a VALUES list keeps it.
+    assert stored == [(f"a{n}", 0.5 + n / 100) for n in range(9)]
