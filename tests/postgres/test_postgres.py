@@ -27,7 +27,7 @@ from ledgermem import (
 from ledgermem.retrieval.embedding import reembed
 from ledgermem.retrieval.hybrid import SearchOptions
 from ledgermem.retrieval.keyword import query_terms
-from ledgermem.store.pg_migrations import PG_MIGRATIONS, TERM_FREQ
+from ledgermem.store.pg_migrations import PG_MIGRATIONS, SECURED_TABLES, TERM_FREQ
 from ledgermem.store.postgres import _BM25_SQL, _LEXEMES, PostgresStore, _placeholders
 from ledgermem.testing import HashEmbedder
 from ledgermem.types import ItemQuery
@@ -589,3 +589,31 @@ def test_same_ranking_as_sqlite(pg_store: PostgresStore, tmp_path: Path) -> None
     assert all(all(hits) for mode, hits in postgres.items() if mode != "two")
     assert any(postgres["two"])
     assert postgres == sqlite
+
+
+def test_policies_read_their_settings_once_per_statement(pg_memory: Memory,
+                                                         pg_url: str) -> None:
+    """m0012: each policy reads ``ledgermem.user_id`` / ``ledgermem.all_users`` in a
+    scalar subquery (an InitPlan, run once per statement) instead of calling
+    ``current_setting`` for every row; the wall lets the same rows through."""
+    pg_memory.for_user("alice").remember("Alice keeps bees", dedup=False)
+    pg_memory.for_user("bob").remember("Bob keeps bees too", dedup=False)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        policies = conn.execute(
+            "SELECT tablename, qual, with_check FROM pg_policies WHERE tablename = ANY(%s)",
+            [list(SECURED_TABLES)]).fetchall()
+        assert len(policies) == 2 * len(SECURED_TABLES)
+        assert all("SELECT" in qual and "SELECT" in check for _, qual, check in policies)
+
+        def bees(user: str, every: str) -> tuple[int, str]:
+            with conn.transaction():
+                conn.execute("SELECT set_config('ledgermem.user_id', %s, true), "
+                             "set_config('ledgermem.all_users', %s, true)", [user, every])
+                sql = "SELECT count(*) FROM knowledge_terms WHERE lexeme = 'bee'"
+                plan = "\n".join(str(r[0]) for r in conn.execute("EXPLAIN " + sql))
+                return int(conn.execute(sql).fetchone()[0]), plan  # type: ignore[index]
+
+        seen, plan = bees("alice", "off")
+        assert seen == 1 and "InitPlan" in plan, plan
+        assert bees("", "off")[0] == 0
+        assert bees("", "on")[0] == 2
