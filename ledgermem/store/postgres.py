@@ -516,14 +516,14 @@ class PostgresStore(SQLStore):
         # Keyword statistics change only with text: recall bookkeeping, confidence and
         # lineage events keep the cached corpus counts; new rows are added to them
         # below; rewritten or removed text drops them.
-        added, touched = _text_changes(events)
+        added, touched, inserts = _text_changes(events)
         for key in touched - added:
             self._corpora.pop(key, None)
         self._local.inserted = {}
         super().append(events)  # scoped to the events' users (RowScope.EVENTS)
         self._count_added(added)
         if self._word_counts:
-            self._count_words(events)
+            self._count_words(inserts)
 
     def _insert_sql(self, run: Run, table: str, columns: Sequence[str],
                     rows: Sequence[Sequence[Any]], suffix: str = "") -> tuple[str, list[Any]]:
@@ -584,22 +584,21 @@ class PostgresStore(SQLStore):
             rows, length = inserted[key]
             self._corpora[key] = (cached[0] + rows, cached[1] + length, cached[2])
 
-    def _count_words(self, events: Sequence[Event]) -> None:
-        """Add the rows ``events`` insert to the kept counts of their words
-        (``term_counts``), so that this process's own writes keep them current; other
-        processes' writes are seen once a count expires (``CORPUS_TTL_S``)."""
-        tables = self._word_tables
-        for event in events:
-            for change in project(event):
-                if not isinstance(change, Insert) or change.table not in tables:
-                    continue
-                text = " ".join(str(change.values.get(column) or "")
-                                for column in ("content", "entity", "name"))
-                for word in set(_WORD.findall(text.lower())):
-                    key = (change.table, event.user_id, word)
-                    kept = self._word_counts.get(key)
-                    if kept is not None and kept[0] <= kept[1]:
-                        self._word_counts[key] = (kept[0] + 1, kept[1], kept[2])
+    def _count_words(self, inserts: Sequence[tuple[str, str, Mapping[str, Any]]]) -> None:
+        """Add the rows an append inserts (``_text_changes``: table, user, values) to
+        the kept counts of their words (``term_counts``), so that this process's own
+        writes keep them current; other processes' writes are seen once a count
+        expires (``CORPUS_TTL_S``)."""
+        for table, user_id, values in inserts:
+            if table not in self._word_tables:
+                continue
+            text = " ".join(str(values.get(column) or "")
+                            for column in ("content", "entity", "name"))
+            for word in set(_WORD.findall(text.lower())):
+                key = (table, user_id, word)
+                kept = self._word_counts.get(key)
+                if kept is not None and kept[0] <= kept[1]:
+                    self._word_counts[key] = (kept[0] + 1, kept[1], kept[2])
 
     def redact(self, user_id: str, subject_id: str) -> None:
         super().redact(user_id, subject_id)
@@ -882,13 +881,16 @@ class PostgresStore(SQLStore):
 
 
 def _text_changes(events: Sequence[Event]
-                  ) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
-    """Of the keyword-searched tables, the (table, user) pairs to which ``events`` only
-    add rows (no text rewritten or removed), and every pair whose text they add,
-    rewrite or remove (``changes_text``)."""
+                  ) -> tuple[set[tuple[str, str]], set[tuple[str, str]],
+                             list[tuple[str, str, Mapping[str, Any]]]]:
+    """Of the keyword-searched tables: the (table, user) pairs to which ``events``
+    only add rows (no text rewritten or removed), every pair whose text they add,
+    rewrite or remove (``changes_text``), and the rows they insert (table, user,
+    values), from one pass of the projection."""
     added: set[tuple[str, str]] = set()
     changed: set[tuple[str, str]] = set()
     touched: set[tuple[str, str]] = set()
+    inserts: list[tuple[str, str, Mapping[str, Any]]] = []
     for event in events:
         text = changes_text(event)
         for change in project(event):
@@ -899,9 +901,10 @@ def _text_changes(events: Sequence[Event]
                 touched.add(key)
             if isinstance(change, Insert):
                 added.add(key)
+                inserts.append((change.table, event.user_id, change.values))
             elif isinstance(change, Delete) or "content" in change.values:
                 changed.add(key)
-    return added - changed, touched
+    return added - changed, touched, inserts
 
 
 def _version(conn: Conn) -> int:
