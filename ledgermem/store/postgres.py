@@ -631,7 +631,8 @@ class PostgresStore(SQLStore):
         run("DROP TABLE ledgermem_kept", [])
 
     def _rebuild_fts(self, run: Run) -> None:
-        """Nothing to do: the tsvector columns are generated from the rows."""
+        """Nothing to do: a rebuild writes every row anew, and a trigger sets its tsvector
+        and postings (m0013)."""
 
     # full-text search -------------------------------------------------------------
     def _keyword_search(self, table: str, user_id: str, terms: Sequence[str],

@@ -27,7 +27,13 @@ from ledgermem import (
 from ledgermem.retrieval.embedding import reembed
 from ledgermem.retrieval.hybrid import SearchOptions
 from ledgermem.retrieval.keyword import query_terms
-from ledgermem.store.pg_migrations import PG_MIGRATIONS, SECURED_TABLES, TERM_FREQ
+from ledgermem.store.pg_migrations import (
+    ITEM_TSVECTOR,
+    PG_MIGRATIONS,
+    SECURED_TABLES,
+    TERM_FREQ,
+    TURN_TSVECTOR,
+)
 from ledgermem.store.postgres import _BM25_SQL, _LEXEMES, PostgresStore, _placeholders
 from ledgermem.testing import HashEmbedder
 from ledgermem.types import ItemQuery
@@ -267,6 +273,7 @@ def test_term_index_follows_every_change_of_the_text(pg_memory: Memory, pg_url: 
                                         f"{table}_terms ORDER BY 2, 3")
             assert postings == [(*r[:3], float(r[3]), r[4]) for r in everyone(pg_url, sql)]
             assert postings
+        assert stale_text(pg_url) == []
 
     check()
     assert not everyone(pg_url, "SELECT 1 FROM knowledge_terms WHERE lexeme = 'locker'")
@@ -277,6 +284,57 @@ def test_term_index_follows_every_change_of_the_text(pg_memory: Memory, pg_url: 
     assert [item_id for item_id, _ in found] == [kept.id]
     assert bob.forget_user() == 1
     check()
+
+
+def stale_text(url: str) -> list[tuple[Any, ...]]:
+    """Rows whose ``fts`` or ``doc_len`` is not what their text gives (m0013's trigger
+    sets them; m0002 generated them from these expressions)."""
+    return [row for table, tsvector in (("knowledge", ITEM_TSVECTOR),
+                                        ("conversations", TURN_TSVECTOR))
+            for row in everyone(url, f"SELECT '{table}', id FROM {table} WHERE fts IS "
+                                     f"DISTINCT FROM {tsvector} OR doc_len IS DISTINCT FROM "
+                                     f"ledgermem_tokens({tsvector})")]
+
+
+def test_a_write_computes_its_lexemes_once(pg_url: str) -> None:
+    """m0013: ``fts`` and ``doc_len`` were two generated columns of one expression, so
+    every write ran ``to_tsvector`` twice; a row trigger now sets both from one call,
+    and new or deleted rows' postings are written per statement. A store written
+    before m0013 keeps its values, and takes writes, edits and forgets after it."""
+    old = PostgresStore(pg_url, migrations=PG_MIGRATIONS[:12])
+    with Memory(old, embedder=None) as memory:
+        alice = memory.for_user("alice")
+        kept = alice.remember("The kettle is descaled monthly", "fact", entity="object:kettle")
+        for text in ("I descaled the kettle", "Yes, in May!"):
+            alice.add_turn("user", text, session_id="s")
+    tables = ("knowledge", "conversations", "knowledge_terms", "conversations_terms")
+    before = {t: everyone(pg_url, f"SELECT * FROM {t} ORDER BY 1, 2, 3") for t in tables}
+    with Memory(PostgresStore(pg_url), embedder=None) as memory:
+        assert {t: everyone(pg_url, f"SELECT * FROM {t} ORDER BY 1, 2, 3")
+                for t in tables} == before
+        alice = memory.for_user("alice")
+        alice.add_turns([{"role": "user", "content": f"turn {n} about the kettle"}
+                         for n in range(12)], session_id="s")
+        alice.update(kept.id, content="The kettle is descaled weekly")
+        gone = alice.remember("A locker code to forget", "fact")
+        alice.forget(gone.id)
+        assert stale_text(pg_url) == []
+        assert [h.id for h in alice.search("descaled weekly", top_k=1)] == [kept.id]
+        assert everyone(pg_url, "SELECT count(*) FROM knowledge_terms "
+                                "WHERE lexeme = 'locker'") == [(0,)]
+    columns = everyone(pg_url, "SELECT attrelid::regclass::text, attname, attgenerated "
+                               "FROM pg_attribute WHERE attname IN ('fts', 'doc_len') AND "
+                               "attrelid IN ('knowledge'::regclass, "
+                               "'conversations'::regclass) ORDER BY 1, 2")
+    assert [c[2] for c in columns] == ["", "", "", ""], columns
+    triggers = dict(everyone(pg_url, "SELECT tgname, tgtype & 1 = 1 FROM pg_trigger "
+                                     "WHERE NOT tgisinternal AND tgrelid IN "
+                                     "('knowledge'::regclass, 'conversations'::regclass)"))
+    assert triggers == {  # True: once per row
+        "knowledge_fts": True, "conversations_fts": True,
+        "knowledge_terms_added": False, "conversations_terms_added": False,
+        "knowledge_terms_removed": False, "conversations_terms_removed": False,
+        "knowledge_terms_text": True, "conversations_terms_text": True}
 
 
 def test_keyword_search_reads_postings_not_every_row(pg_memory: Memory, pg_url: str) -> None:
