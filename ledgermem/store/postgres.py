@@ -15,7 +15,7 @@ work across users (embedding, rebuild) set ``ledgermem.all_users`` instead. A
 statement that ran with neither sees nothing.
 
 Both stores rank alike, so that fusion above them gives the same results: keyword
-search is FTS5's BM25 computed in SQL over postings derived from generated
+search is FTS5's BM25 computed in SQL over postings derived from the rows'
 ``tsvector`` columns (corpus statistics per user; m0007 says why not the GIN index),
 vector search an exact cosine ranking (with SQLite's neighbour smoothing of turns)
 until a user's vectors outgrow ``exact_search_limit``, then pgvector's HNSW index.
