@@ -391,7 +391,7 @@ def m0013_text_once_per_row() -> tuple[str, ...]:
     made of is written. The postings of new and deleted rows are written by one
     statement-level trigger each (over the statement's transition table) instead of
     one trigger call per row; a changed text keeps m0007's row trigger. The values
-    are those of before. Bulk ``add_turns`` of 4,000 turns, no embedder: 1,526–1,598 →
+    are those of before. Bulk ``add_turns`` of 4,000 turns, no embedder: 1,452–1,598 →
     1,724–1,845 turns/s."""
     return (*_one_tsvector("knowledge"), *_one_tsvector("conversations"))
 
