@@ -7,9 +7,12 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg_pool import ConnectionPool
 
-from ledgermem import Memory
+from ledgermem import Memory, StorageError
+from ledgermem.store import postgres
 from ledgermem.store.base import TurnQuery
 from ledgermem.store.postgres import PostgresStore
 from ledgermem.types import ItemQuery
@@ -195,3 +198,60 @@ def test_an_array_insert_keeps_on_conflict_and_leaves_other_types_to_values(
         assert "VALUES" in sql and "unnest(" not in sql
     # The first of each duplicate pair was kept, as a VALUES list keeps it.
     assert stored == [(f"a{n}", 0.5 + n / 100) for n in range(9)]
+
+
+def _checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The backend pid of each connection the pool pings before handing it out."""
+    pinged: list[int] = []
+    check = ConnectionPool.check_connection
+
+    def counted(conn: Any) -> None:
+        pinged.append(conn.info.backend_pid)
+        check(conn)
+
+    monkeypatch.setattr(ConnectionPool, "check_connection", staticmethod(counted))
+    return pinged
+
+
+def test_a_connection_used_moments_ago_is_handed_out_without_a_ping(
+        pg_memory: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each store call takes a pooled connection; pinging it every time cost a round
+    trip per call (six per conversation search). Only one idle past ``IDLE_CHECK_S``
+    is pinged."""
+    alice = pg_memory.for_user("alice")
+    alice.remember("Alice keeps bees on the roof")
+    pinged = _checks(monkeypatch)
+    for _ in range(3):
+        alice.search("bees", touch=False)
+        alice.search_conversations("bees")
+    assert pinged == []
+    monkeypatch.setattr(postgres, "IDLE_CHECK_S", 0.0)
+    alice.search("bees", touch=False)
+    assert pinged
+
+
+def test_a_connection_that_died_while_idle_is_replaced_unseen(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = PostgresStore(pg_url, min_size=1, max_size=1)    # one connection to kill
+    with Memory(store, embedder=None) as memory:
+        alice = memory.for_user("alice")
+        kept = alice.remember("Alice keeps bees on the roof")
+
+        def kill() -> int:
+            pid = int(store._read("SELECT pg_backend_pid()")[0][0])
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+                assert conn.execute("SELECT pg_terminate_backend(%s, 5000)",
+                                    [pid]).fetchone() == (True,)
+            return pid
+
+        dead = kill()
+        monkeypatch.setattr(postgres, "IDLE_CHECK_S", 0.0)   # as if idle for a while
+        assert alice.get(kept.id).content == kept.content
+        assert int(store._read("SELECT pg_backend_pid()")[0][0]) != dead
+        # Used again at once, a connection is not pinged: a death in between reaches
+        # the caller as a StorageError, and the next call gets a working connection.
+        monkeypatch.setattr(postgres, "IDLE_CHECK_S", 3600.0)
+        kill()
+        with pytest.raises(StorageError):
+            alice.get(kept.id)
+        assert alice.get(kept.id).content == kept.content
