@@ -207,17 +207,20 @@ class Searcher:
 
         rows = _Rows(lambda ids: {i.id: i for i in self.store.query_items(
             user_id, ItemQuery(ids=ids, include_superseded=True))[0]})
-        ranked = self._retrieve(
-            query, pool,
-            _without_time(text, window, lambda t, mode, n: self._item_keywords(
-                user_id, t, mode, filters, n)),
-            lambda v, n: [hit for hit in self.store.vector_search_items(user_id, v, filters, n)
-                          if hit[1] >= floor],
-            in_window, rows.load,
-        )
-        return self._finish(
-            query, ranked, window, limit, now, rows.load,
-            lambda item: (item.updated_at, _importance(item), item.confidence), item_time)
+        with self.store.reading():
+            ranked = self._retrieve(
+                query, pool,
+                _without_time(text, window, lambda t, mode, n: self._item_keywords(
+                    user_id, t, mode, filters, n)),
+                lambda v, n: [hit for hit in self.store.vector_search_items(
+                    user_id, v, filters, n) if hit[1] >= floor],
+                in_window, rows.load,
+            )
+            hits = self._finish(
+                query, ranked, window, limit, now, rows.load,
+                lambda item: (item.updated_at, _importance(item), item.confidence),
+                item_time)
+        return self._cut(query, hits, limit)
 
     def search_turns(
         self, user_id: str, query: str, filters: TurnQuery, limit: int, *, now: datetime
@@ -249,15 +252,18 @@ class Searcher:
 
         rows = _Rows(lambda ids: {t.id: t for t in self.store.query_turns(
             user_id, TurnQuery(ids=ids))})
-        ranked = self._retrieve(
-            query, pool,
-            lambda t, mode, n: self.store.keyword_search_turns(user_id, t, mode, filters, n),
-            lambda v, n: self.store.vector_search_turns(user_id, v, filters, n),
-            more, rows.load,
-        )
-        return self._finish(
-            query, ranked, window, limit, now, rows.load,
-            lambda turn: (turn.ts, 0.5, 1.0), lambda turn: turn.ts, _speaker)
+        with self.store.reading():
+            ranked = self._retrieve(
+                query, pool,
+                lambda t, mode, n: self.store.keyword_search_turns(user_id, t, mode, filters,
+                                                                   n),
+                lambda v, n: self.store.vector_search_turns(user_id, v, filters, n),
+                more, rows.load,
+            )
+            hits = self._finish(
+                query, ranked, window, limit, now, rows.load,
+                lambda turn: (turn.ts, 0.5, 1.0), lambda turn: turn.ts, _speaker)
+        return self._cut(query, hits, limit)
 
     def _in_window(self, text: str, pool: int, search: Any,
                    listing: Callable[[int], list[tuple[str, float]]]
@@ -292,8 +298,8 @@ class Searcher:
                 load: Callable[[tuple[str, ...]], dict[str, Any]], signals: Any,
                 moment: Callable[[Any], str],
                 speaker: Callable[[Any], str | None] | None = None) -> list[Hit]:
-        """Fuse, add the time and speaker rankings, weigh by salience, rerank, cut to
-        ``limit``.
+        """Fuse, add the time and speaker rankings, weigh by salience: the best
+        ``limit`` hits (``rerank_depth`` with a reranker), for ``_cut``.
 
         The time ranking holds the rows inside the window that match the query's other
         words (``in_window``: keyword hits searched inside the window) or its meaning
@@ -342,8 +348,13 @@ class Searcher:
             else:
                 assert isinstance(row, Turn)
                 hits.append(Hit(score=final, turn=row, why=reasons))
-        if reranker is not None:
-            hits = rerank(reranker, query, hits, self.options.rerank_depth)
+        return hits
+
+    def _cut(self, query: str, hits: list[Hit], limit: int) -> list[Hit]:
+        """``hits`` reranked (with a reranker: outside the store's ``reading`` block, as
+        it may take a while), those under ``min_score`` dropped, cut to ``limit``."""
+        if self.options.reranker is not None:
+            hits = rerank(self.options.reranker, query, hits, self.options.rerank_depth)
         return [hit for hit in hits if hit.score >= self.options.min_score][:limit]
 
     def _turns_via_items(self, user_id: str, query: str, filters: TurnQuery, pool: int

@@ -158,6 +158,11 @@ class Ledger(Protocol):
         """Group several ``append`` calls into one atomic write (nests)."""
 
     @unscoped
+    def reading(self) -> AbstractContextManager[None]:
+        """Group this thread's reads (a search's several calls) into one round of the
+        store's own overhead, where it has one: one transaction on PostgreSQL."""
+
+    @unscoped
     def writing_for(self, user_id: str) -> AbstractContextManager[None]:
         """A ``transaction`` in which no other writer changes ``user_id``'s rows, so a
         check read inside it still holds when the write that depends on it lands."""

@@ -190,6 +190,8 @@ class _Local(threading.local):
     """What the open transaction has been told (None: unknown, tell it again)."""
     locked: frozenset[str] = frozenset()
     """The users whose lock (``_in_ledger_order``) the open transaction holds."""
+    reading: bool = False
+    """The open transaction is a ``reading`` block: calls inside share it as it is."""
 
     def __init__(self) -> None:
         self.inserted: dict[tuple[str, str], tuple[int, int]] = {}
@@ -401,6 +403,11 @@ class PostgresStore(SQLStore):
         """A transaction (a savepoint when nested) on this thread's connection. Used
         for reads of several statements too: PostgreSQL needs no write lock up front."""
         local = self._local
+        if local.conn is not None and local.reading:
+            # One transaction for the whole block: no savepoint (two round trips) per
+            # call. A failure inside ends the block (its transaction rolls back).
+            yield self._run(local.conn)
+            return
         if local.conn is not None:
             try:
                 with _translated(), local.conn.transaction():
@@ -420,6 +427,24 @@ class PostgresStore(SQLStore):
                     yield self._run(conn)
             finally:
                 local.conn, local.applied, local.locked = None, None, frozenset()
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """The store calls of this thread inside share one transaction (and one pooled
+        connection, and the scope told once per user) instead of each opening its own:
+        a conversation search made six, each a hand-out, ``BEGIN``, ``set_config``
+        and ``COMMIT`` around its statements. Inside a transaction already, nothing
+        changes."""
+        local = self._local
+        if local.conn is not None:
+            yield
+            return
+        with self._writing():
+            local.reading = True
+            try:
+                yield
+            finally:
+                local.reading = False
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         if self._local.conn is not None:

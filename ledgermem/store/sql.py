@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Literal
@@ -312,6 +312,11 @@ class SQLStore(ABC):
     def transaction(self) -> Iterator[None]:
         with self._writing():
             yield
+
+    def reading(self) -> AbstractContextManager[None]:
+        """Several reads of this thread grouped, where the store gains by it (see
+        ``PostgresStore.reading``); SQLite's reads are in-process calls already."""
+        return nullcontext()
 
     def writing_for(self, user_id: str) -> AbstractContextManager[None]:
         """A write transaction in which reads of ``user_id``'s rows stay current until

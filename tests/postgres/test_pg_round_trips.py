@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -255,3 +256,40 @@ def test_a_connection_that_died_while_idle_is_replaced_unseen(
         with pytest.raises(StorageError):
             alice.get(kept.id)
         assert alice.get(kept.id).content == kept.content
+
+
+def test_a_search_runs_in_one_transaction(pg_memory: Memory,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A conversation search makes several store calls (keyword, knowledge expansion,
+    vector, rows); inside ``reading`` they share one pooled connection and one
+    transaction, so the scope is told once. A reranker runs after it has ended."""
+    store = pg_memory.store
+    assert isinstance(store, PostgresStore)
+    alice = pg_memory.for_user("alice")
+    alice.remember("Alice keeps bees on the roof")
+    alice.add_turns([{"role": "user", "content": "The bees swarmed on Monday"},
+                     {"role": "assistant", "content": "Did they settle on the roof?"}],
+                    session_id="alice:bees")
+    pg_memory.flush()
+    handed: list[int] = []
+    getconn = store._pool.getconn
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        handed.append(1)
+        return getconn(*args, **kwargs)
+
+    monkeypatch.setattr(store._pool, "getconn", counted)
+    seen = _trace(monkeypatch)
+    hits = alice.search_conversations("when did the bees swarm on the roof")
+    assert hits and hits[0].turn is not None
+    assert len(handed) == 1
+    assert [scope for _, scope in seen if scope is not None] == [("alice", False)]
+    assert len(seen) >= 4    # several statements shared it
+
+    def rerank(query: str, found: list[Any]) -> list[Any]:
+        assert store._local.conn is None    # no transaction held while it runs
+        return found[::-1]
+
+    searcher = pg_memory.searcher.with_options(reranker=rerank)
+    assert searcher.search_turns("alice", "bees roof", TurnQuery(), 5,
+                                 now=datetime.now(UTC))
