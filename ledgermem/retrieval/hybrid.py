@@ -136,38 +136,45 @@ class Searcher:
         return find_time_window(_clean(query), now)
 
     def _retrieve(self, query: str, pool: int, keyword: Any, vector: Any,
-                  more: Callable[[], dict[str, list[tuple[str, float]]]] | None = None,
-                  early: Callable[[Sequence[str]], object] | None = None,
-                  ) -> dict[str, list[tuple[str, float]]]:
-        """Candidates of each retriever for ``query`` (already ``_clean``), and those of
-        ``more`` (the rankings that need no query vector), in that order.
+                  more: Callable[[], dict[str, list[tuple[str, float]]]] | None,
+                  early: Callable[[Sequence[str]], object] | None,
+                  finish: Callable[[dict[str, list[tuple[str, float]]]], list[Hit]],
+                  ) -> list[Hit]:
+        """``finish`` of the candidates of each retriever for ``query`` (already
+        ``_clean``) and those of ``more`` (the rankings that need no query vector), in
+        that order.
 
         The query's embedding starts first, in a worker thread (``embed_query_soon``),
         and the keyword searches and ``more`` run meanwhile: a hybrid search costs the
         longer of the two, not their sum. If the embedding is still running then,
         ``early`` is given the candidates found so far (to load their rows while it
-        waits)."""
+        waits). The store calls before the wait share one ``Store.reading`` block, and
+        those after it another: no transaction is held while the vector is awaited
+        (a remote embedder may take a while)."""
         pending = None
         if self.options.mode != "keyword" and self.embedder is not None and query.strip():
             pending = self._remembered(("embed", query),
                                        lambda: embed_query_soon(self.embedder, query))
         ranked: dict[str, list[tuple[str, float]]] = {}
-        if self.options.mode != "vector":
-            terms = query_terms(query)
-            every = keyword(terms, "and", pool)
-            ranked["keyword"] = self._keyword(terms, every, keyword, pool)
-            if len(terms) > 1 and every:
-                # Rows holding every term get a second vote, so salience cannot lift a
-                # one-word match above them.
-                ranked["all_terms"] = every
-        others = more() if more is not None else {}
-        if pending is not None:
-            if early is not None and not pending.done():
+        with self.store.reading():
+            if self.options.mode != "vector":
+                terms = query_terms(query)
+                every = keyword(terms, "and", pool)
+                ranked["keyword"] = self._keyword(terms, every, keyword, pool)
+                if len(terms) > 1 and every:
+                    # Rows holding every term get a second vote, so salience cannot lift
+                    # a one-word match above them.
+                    ranked["all_terms"] = every
+            others = more() if more is not None else {}
+            if pending is not None and early is not None and not pending.done():
                 early([doc for hits in (*ranked.values(), *others.values())
                        for doc, _ in hits])
-            ranked["vector"] = vector(pending.result(), pool)
-        ranked.update(others)
-        return ranked
+        query_vector = pending.result() if pending is not None else None
+        with self.store.reading():
+            if query_vector is not None:
+                ranked["vector"] = vector(query_vector, pool)
+            ranked.update(others)
+            return finish(ranked)
 
     def _keyword(self, terms: list[str], every: list[tuple[str, float]], search: Any,
                  limit: int) -> list[tuple[str, float]]:
@@ -207,19 +214,18 @@ class Searcher:
 
         rows = _Rows(lambda ids: {i.id: i for i in self.store.query_items(
             user_id, ItemQuery(ids=ids, include_superseded=True))[0]})
-        with self.store.reading():
-            ranked = self._retrieve(
-                query, pool,
-                _without_time(text, window, lambda t, mode, n: self._item_keywords(
-                    user_id, t, mode, filters, n)),
-                lambda v, n: [hit for hit in self.store.vector_search_items(
-                    user_id, v, filters, n) if hit[1] >= floor],
-                in_window, rows.load,
-            )
-            hits = self._finish(
+        hits = self._retrieve(
+            query, pool,
+            _without_time(text, window, lambda t, mode, n: self._item_keywords(
+                user_id, t, mode, filters, n)),
+            lambda v, n: [hit for hit in self.store.vector_search_items(user_id, v, filters, n)
+                          if hit[1] >= floor],
+            in_window, rows.load,
+            lambda ranked: self._finish(
                 query, ranked, window, limit, now, rows.load,
                 lambda item: (item.updated_at, _importance(item), item.confidence),
-                item_time)
+                item_time),
+        )
         return self._cut(query, hits, limit)
 
     def search_turns(
@@ -252,17 +258,15 @@ class Searcher:
 
         rows = _Rows(lambda ids: {t.id: t for t in self.store.query_turns(
             user_id, TurnQuery(ids=ids))})
-        with self.store.reading():
-            ranked = self._retrieve(
-                query, pool,
-                lambda t, mode, n: self.store.keyword_search_turns(user_id, t, mode, filters,
-                                                                   n),
-                lambda v, n: self.store.vector_search_turns(user_id, v, filters, n),
-                more, rows.load,
-            )
-            hits = self._finish(
+        hits = self._retrieve(
+            query, pool,
+            lambda t, mode, n: self.store.keyword_search_turns(user_id, t, mode, filters, n),
+            lambda v, n: self.store.vector_search_turns(user_id, v, filters, n),
+            more, rows.load,
+            lambda ranked: self._finish(
                 query, ranked, window, limit, now, rows.load,
-                lambda turn: (turn.ts, 0.5, 1.0), lambda turn: turn.ts, _speaker)
+                lambda turn: (turn.ts, 0.5, 1.0), lambda turn: turn.ts, _speaker),
+        )
         return self._cut(query, hits, limit)
 
     def _in_window(self, text: str, pool: int, search: Any,

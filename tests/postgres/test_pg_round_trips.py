@@ -4,10 +4,13 @@ user's scope is told once, and the user's lock taken once, per transaction."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy.typing as npt
 import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
@@ -16,6 +19,7 @@ from ledgermem import Memory, StorageError
 from ledgermem.store import postgres
 from ledgermem.store.base import TurnQuery
 from ledgermem.store.postgres import PostgresStore
+from ledgermem.testing import HashEmbedder
 from ledgermem.types import ItemQuery
 
 
@@ -258,39 +262,59 @@ def test_a_connection_that_died_while_idle_is_replaced_unseen(
         assert alice.get(kept.id).content == kept.content
 
 
-def test_a_search_runs_in_one_transaction(pg_memory: Memory,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_search_runs_in_two_transactions_and_none_while_its_vector_is_computed(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A conversation search makes several store calls (keyword, knowledge expansion,
-    vector, rows); inside ``reading`` they share one pooled connection and one
-    transaction, so the scope is told once. A reranker runs after it has ended."""
-    store = pg_memory.store
-    assert isinstance(store, PostgresStore)
-    alice = pg_memory.for_user("alice")
-    alice.remember("Alice keeps bees on the roof")
-    alice.add_turns([{"role": "user", "content": "The bees swarmed on Monday"},
-                     {"role": "assistant", "content": "Did they settle on the roof?"}],
-                    session_id="alice:bees")
-    pg_memory.flush()
-    handed: list[int] = []
-    getconn, me = store._pool.getconn, threading.get_ident()
+    vector, rows). Those before the wait for the query's vector share one pooled
+    connection and transaction (``Store.reading``), those after it another: the scope
+    is told once each, and no connection is held while the vector is computed (a
+    remote embedder may take a while). A reranker runs after both have ended."""
+    order: list[str] = []
 
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        if threading.get_ident() == me:     # not the background workers'
-            handed.append(1)
-        return getconn(*args, **kwargs)
+    class Slow(HashEmbedder):
+        def _embed(self, texts: Sequence[str], *, query: bool) -> npt.ArrayLike:
+            if query:
+                time.sleep(0.2)
+                order.append("vector")
+            return super()._embed(texts, query=query)
 
-    monkeypatch.setattr(store._pool, "getconn", counted)
-    seen = _trace(monkeypatch)
-    hits = alice.search_conversations("when did the bees swarm on the roof")
-    assert hits and hits[0].turn is not None
-    assert len(handed) == 1
-    assert [scope for _, scope in seen if scope is not None] == [("alice", False)]
-    assert len(seen) >= 4    # several statements shared it
+    store = PostgresStore(pg_url)
+    with Memory(store, embedder=Slow()) as memory:
+        alice = memory.for_user("alice")
+        alice.remember("Alice keeps bees on the roof")
+        alice.add_turns([{"role": "user", "content": "The bees swarmed on Monday"},
+                         {"role": "assistant", "content": "Did they settle on the roof?"}],
+                        session_id="alice:bees")
+        memory.flush()
+        handed: list[int] = []
+        getconn, reading, me = store._pool.getconn, store.reading, threading.get_ident()
 
-    def rerank(query: str, found: list[Any]) -> list[Any]:
-        assert store._local.conn is None    # no transaction held while it runs
-        return found[::-1]
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            if threading.get_ident() == me:     # not the background workers'
+                handed.append(1)
+            return getconn(*args, **kwargs)
 
-    searcher = pg_memory.searcher.with_options(reranker=rerank)
-    assert searcher.search_turns("alice", "bees roof", TurnQuery(), 5,
-                                 now=datetime.now(UTC))
+        @contextmanager
+        def logged() -> Iterator[None]:
+            order.append("begin")
+            with reading():
+                yield
+            order.append("end")
+
+        monkeypatch.setattr(store._pool, "getconn", counted)
+        monkeypatch.setattr(store, "reading", logged)
+        seen = _trace(monkeypatch)
+        hits = alice.search_conversations("when did the bees swarm on the roof")
+        assert hits and hits[0].turn is not None
+        assert order == ["begin", "end", "vector", "begin", "end"]
+        assert len(handed) == 2
+        assert [scope for _, scope in seen if scope is not None] == [("alice", False)] * 2
+        assert len(seen) >= 5    # several statements shared them
+
+        def rerank(query: str, found: list[Any]) -> list[Any]:
+            assert store._local.conn is None    # no transaction held while it runs
+            return found[::-1]
+
+        searcher = memory.searcher.with_options(reranker=rerank)
+        assert searcher.search_turns("alice", "bees roof", TurnQuery(), 5,
+                                     now=datetime.now(UTC))
