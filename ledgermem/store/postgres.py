@@ -432,9 +432,10 @@ class PostgresStore(SQLStore):
     def reading(self) -> Iterator[None]:
         """The store calls of this thread inside share one transaction (and one pooled
         connection, and the scope told once per user) instead of each opening its own:
-        a conversation search made six, each a hand-out, ``BEGIN``, ``set_config``
-        and ``COMMIT`` around its statements. Inside a transaction already, nothing
-        changes."""
+        a conversation search made six or seven, each a hand-out, ``BEGIN``,
+        ``set_config`` and ``COMMIT`` around its statements (it now uses two blocks,
+        before and after the wait for its query's vector). Inside a transaction
+        already, nothing changes."""
         local = self._local
         if local.conn is not None:
             yield
