@@ -150,7 +150,8 @@ class Searcher:
         ``early`` is given the candidates found so far (to load their rows while it
         waits). The store calls before the wait share one ``Store.reading`` block, and
         those after it another: no transaction is held while the vector is awaited
-        (a remote embedder may take a while)."""
+        (a remote embedder may take a while). With nothing to wait for (keyword mode,
+        a query embedded before), one block holds them all."""
         pending = None
         if self.options.mode != "keyword" and self.embedder is not None and query.strip():
             pending = self._remembered(("embed", query),
@@ -166,15 +167,26 @@ class Searcher:
                     # a one-word match above them.
                     ranked["all_terms"] = every
             others = more() if more is not None else {}
-            if pending is not None and early is not None and not pending.done():
+            if pending is None or pending.done():   # nothing to wait for: one block
+                return self._finished(ranked, others, pending, vector, pool, finish)
+            if early is not None:
                 early([doc for hits in (*ranked.values(), *others.values())
                        for doc, _ in hits])
-        query_vector = pending.result() if pending is not None else None
+        pending.result()    # computed meanwhile in the worker; no transaction is held
         with self.store.reading():
-            if query_vector is not None:
-                ranked["vector"] = vector(query_vector, pool)
-            ranked.update(others)
-            return finish(ranked)
+            return self._finished(ranked, others, pending, vector, pool, finish)
+
+    @staticmethod
+    def _finished(ranked: dict[str, list[tuple[str, float]]],
+                  others: dict[str, list[tuple[str, float]]], pending: Any, vector: Any,
+                  pool: int, finish: Callable[[dict[str, list[tuple[str, float]]]], list[Hit]]
+                  ) -> list[Hit]:
+        """``finish`` of the rankings, the vector retriever's (when the query was
+        embedded) before ``others``."""
+        if pending is not None:
+            ranked["vector"] = vector(pending.result(), pool)
+        ranked.update(others)
+        return finish(ranked)
 
     def _keyword(self, terms: list[str], every: list[tuple[str, float]], search: Any,
                  limit: int) -> list[tuple[str, float]]:

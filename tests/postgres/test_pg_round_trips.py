@@ -268,7 +268,8 @@ def test_a_search_runs_in_two_transactions_and_none_while_its_vector_is_computed
     vector, rows). Those before the wait for the query's vector share one pooled
     connection and transaction (``Store.reading``), those after it another: the scope
     is told once each, and no connection is held while the vector is computed (a
-    remote embedder may take a while). A reranker runs after both have ended."""
+    remote embedder may take a while); with the vector known already, one block does.
+    A reranker runs after the blocks have ended."""
     order: list[str] = []
 
     class Slow(HashEmbedder):
@@ -310,6 +311,11 @@ def test_a_search_runs_in_two_transactions_and_none_while_its_vector_is_computed
         assert len(handed) == 2
         assert [scope for _, scope in seen if scope is not None] == [("alice", False)] * 2
         assert len(seen) >= 5    # several statements shared them
+        # Asked again, the query's vector is known (the query cache): one block.
+        order.clear()
+        handed.clear()
+        alice.search_conversations("when did the bees swarm on the roof")
+        assert order == ["begin", "end"] and len(handed) == 1
 
         def rerank(query: str, found: list[Any]) -> list[Any]:
             assert store._local.conn is None    # no transaction held while it runs
