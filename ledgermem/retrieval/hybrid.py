@@ -157,6 +157,14 @@ class Searcher:
             pending = self._remembered(("embed", query),
                                        lambda: embed_query_soon(self.embedder, query))
         ranked: dict[str, list[tuple[str, float]]] = {}
+        others: dict[str, list[tuple[str, float]]] = {}
+
+        def finished() -> list[Hit]:
+            if pending is not None:
+                ranked["vector"] = vector(pending.result(), pool)
+            ranked.update(others)
+            return finish(ranked)
+
         with self.store.reading():
             if self.options.mode != "vector":
                 terms = query_terms(query)
@@ -166,27 +174,16 @@ class Searcher:
                     # Rows holding every term get a second vote, so salience cannot lift
                     # a one-word match above them.
                     ranked["all_terms"] = every
-            others = more() if more is not None else {}
+            if more is not None:
+                others.update(more())
             if pending is None or pending.done():   # nothing to wait for: one block
-                return self._finished(ranked, others, pending, vector, pool, finish)
+                return finished()
             if early is not None:
                 early([doc for hits in (*ranked.values(), *others.values())
                        for doc, _ in hits])
         pending.result()    # computed meanwhile in the worker; no transaction is held
         with self.store.reading():
-            return self._finished(ranked, others, pending, vector, pool, finish)
-
-    @staticmethod
-    def _finished(ranked: dict[str, list[tuple[str, float]]],
-                  others: dict[str, list[tuple[str, float]]], pending: Any, vector: Any,
-                  pool: int, finish: Callable[[dict[str, list[tuple[str, float]]]], list[Hit]]
-                  ) -> list[Hit]:
-        """``finish`` of the rankings, the vector retriever's (when the query was
-        embedded) before ``others``."""
-        if pending is not None:
-            ranked["vector"] = vector(pending.result(), pool)
-        ranked.update(others)
-        return finish(ranked)
+            return finished()
 
     def _keyword(self, terms: list[str], every: list[tuple[str, float]], search: Any,
                  limit: int) -> list[tuple[str, float]]:
