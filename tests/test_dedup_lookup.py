@@ -129,3 +129,68 @@ def test_term_counts_follow_this_process_writes(mem: Memory) -> None:
         "walrus": 3 if per_user else 4}
     assert mem.store.term_counts("bob", "knowledge", ["walrus"])[1] == {
         "walrus": 1 if per_user else 4}
+
+
+def test_items_holding_two_are_mode_two_s_rows_unranked(mem: Memory) -> None:
+    alice = mem.for_user("alice")
+    for text in ["walrus otter heron", "walrus puffin gannet", "otter heron lynx",
+                 "bison moose caribou", "walrus running otters"]:
+        alice.remember(text, dedup=False)
+    old = alice.remember("heron lynx otter again", dedup=False)
+    alice.update(old.id, content="osprey kestrel merlin")   # no longer holds those words
+    mem.for_user("bob").remember("walrus otter heron", dedup=False)
+    lists = [["walrus", "otter", "heron"], ["walrus", "puffin"], ["caribou"], ["narwhal"],
+             [], ["walrus", "heron", "caribou", "moose"], ["walrus", "otter"]]
+    found = mem.store.items_holding_two("alice", lists, 10)
+    for terms, ids in zip(lists, found, strict=True):
+        ranked = mem.store.keyword_search_items("alice", terms, "two", ItemQuery(), 10)
+        assert ids is not None and sorted(ids) == sorted(i for i, _ in ranked), terms
+    # Most of the terms first ("walrus otter heron" holds three), then the newest; a
+    # word matches as keyword search matches it (stemmed: "otters").
+    assert _contents(mem, found[0] or []) == [
+        "walrus otter heron", "walrus running otters", "otter heron lynx"]
+    assert _contents(mem, found[6] or []) == ["walrus running otters", "walrus otter heron"]
+    assert found[3] == found[4] == []
+    # More holders than the limit: no answer (the ranked lookup picks the best).
+    assert mem.store.items_holding_two("alice", [["walrus", "otter", "heron"]], 2) == [None]
+    assert mem.store.items_holding_two("bob", lists[:1], 10) == [
+        [i for i, _ in mem.store.keyword_search_items("bob", lists[0], "two", ItemQuery(), 10)]]
+    assert mem.store.items_holding_two("carol", lists, 10) == [[]] * len(lists)
+
+
+def test_items_holding_two_leave_a_term_of_too_many_rows_alone(
+        mem: Memory, monkeypatch: Any) -> None:
+    monkeypatch.setattr("ledgermem.store.sql.POSTINGS_CAP", 3)
+    alice = mem.for_user("alice")
+    alice.remember_many([f"walrus {word} tusk" for word in FILLERS[:4]], dedup=False)
+    assert mem.store.items_holding_two("alice", [["walrus", "alpha"], ["alpha", "tusk"],
+                                                 ["bravo", "charlie"]], 10) == [
+        None, None, []]
+
+
+def test_batched_and_ranked_lookups_find_the_same_candidates(mem: Memory) -> None:
+    """On a corpus of Zipf-distributed words (as the write benchmark's), every text a
+    batch answers from the postings gets the ranked lookup's candidates."""
+    import numpy as np
+
+    from ledgermem.benchmarks.scale import Corpus
+
+    rng = np.random.default_rng(7)
+    corpus = Corpus(rng)
+    alice = mem.for_user("alice")
+    alice.remember_many(corpus.sentences(rng, 600), dedup=False)
+    texts = corpus.sentences(rng, 200)
+    words = sorted({w for text in texts for w in dedup_terms(text)})
+    counts = mem.store.term_counts("alice", "knowledge", words)[1]
+    lists = [list(dedup_terms(text, counts)) for text in texts]
+    found = mem.store.items_holding_two("alice", lists, 10)
+    answered = 0
+    for terms, ids in zip(lists, found, strict=True):
+        ranked = [i for i, _ in mem.store.keyword_search_items(
+            "alice", terms, "two", ItemQuery(), 10)]
+        if ids is None:
+            assert len(ranked) == 10
+        else:
+            answered += 1
+            assert sorted(ids) == sorted(ranked), terms
+    assert answered > 150

@@ -192,21 +192,26 @@ def test_remember_many_with_dedup_writes_once_and_reads_a_bounded_amount_per_ite
         assert [s.split()[0] for s in writes(small)] == [
             s.split()[0] for s in writes(large)] == [
             "BEGIN", "SAVEPOINT", "INSERT", "INSERT", "RELEASE", "COMMIT"]
-        # Per entry one statement: its keyword candidates. Every word's count, the
-        # items holding an entry's exact text and the candidates' rows are read once
-        # for the whole batch.
+        # Every row holds "crate" and "holds", two of each entry's rarest words: more
+        # than ten rows hold two, so each entry has its keyword candidates ranked, one
+        # statement an entry. Every word's count, their postings, the items holding an
+        # entry's exact text and the candidates' rows are read once for the batch.
         assert (len(large) - len(small)) / 20 == 1
 
 
-def test_bulk_add_turns_costs_the_same_for_ten_turns_or_three_hundred(
+def test_remember_many_of_distinct_texts_reads_as_much_for_ten_or_thirty(
         tmp_path: Path, clock: FakeClock) -> None:
-    counts = []
-    for size in (10, 300):
-        with Memory.open(tmp_path / f"t{size}.db", embedder=None, clock=clock) as memory:
+    seen: dict[int, list[str]] = {}
+    for size in (10, 30):
+        with Memory.open(tmp_path / f"d{size}.db", embedder=None, clock=clock) as memory:
+            _many(memory, 50, dedup=False)
             alice = memory.for_user("alice")
-            alice.add_turn("user", "hello there", session_id="s")
-            with statements(memory) as seen:
-                alice.add_turns([{"role": "user", "content": f"Turn {n} about kites"}
-                                 for n in range(size)], session_id="s")
-            counts.append(len(issued(seen)))
-    assert counts == [9, 9]
+            alice.remember_many(["warm up"])   # counts Alice's share of the table once
+            with statements(memory) as seen[size]:
+                items = alice.remember_many([f"Barrel {n} keeps pickled walnut {n}"
+                                             for n in range(size)])
+            assert {item.written for item in items} == {"added"}
+    # Each entry's rare words ("barrel", its number) are held by too few rows to need a
+    # ranked lookup: the postings of the batch's words answer every entry at once.
+    assert len(issued(seen[10])) == len(issued(seen[30]))
+    assert not any("bm25(knowledge_fts" in s for s in seen[30])

@@ -23,7 +23,7 @@ from typing import Any, Literal, NamedTuple
 from ..clock import Clock, iso, new_id
 from ..errors import InvalidInput, NotFound
 from ..retrieval.keyword import query_terms, word_set
-from ..store.base import Store, iter_chunks
+from ..store.base import POSTINGS_CAP, Store, iter_chunks
 from ..types import CATEGORIES, SOURCES, START_CONFIDENCE, Event, Item, ItemQuery, Scope
 from ..validation import (
     check_choice,
@@ -55,6 +55,9 @@ __all__ = ["Batch", "Draft", "ItemWriter"]
 When = Callable[[str | datetime | None], str | None]
 """Reads a time the caller gave (ISO, natural language, a datetime) as ISO UTC."""
 
+POSTINGS_FROM = 3
+"""Texts from which dedup reads its words' postings once for all (``_candidates``); a
+ranked lookup per text costs fewer statements below it (one each, against two)."""
 DEDUP_CANDIDATES = 10
 """Keyword candidates one dedup lookup considers. A restatement shares more than 80% of
 its words with the text, so BM25 ranks it at or near the top; a longer list mostly
@@ -115,13 +118,29 @@ class ItemWriter:
         20,000 items the BM25 top 10 of the rows holding any of the longest words took
         1.3 ms a lookup; this, 0.3–0.6).
 
-        Statements: one per text (its keyword lookup), then one per 500 texts for the
+        From ``POSTINGS_FROM`` texts on, those whose chosen words are each in at most
+        ``POSTINGS_CAP`` rows are answered together from those words' postings
+        (``Store.items_holding_two``): when no more than ``DEDUP_CANDIDATES`` current
+        items hold two, they are the ranked lookup's rows exactly. Only the others get
+        a lookup of their own.
+
+        Statements: one per text looked up alone (its keyword candidates); for a batch,
+        one per ``TERMS_PER_STATEMENT`` chosen words on SQLite (one in all on
+        PostgreSQL) and one per 500 items holding two. Then one per 500 texts for the
         items holding them exactly (by the content index) and one per 500 candidates.
         ``counts``: ``_word_counts`` of the texts."""
-        keyed = [[item_id for item_id, _ in self.store.keyword_search_items(
-            user_id, list(dedup_terms(want.text, counts)), "two",
-            ItemQuery(category=want.category, context=want.context, entity=want.entity),
-            DEDUP_CANDIDATES)] for want in wanted]
+        chosen = [list(dedup_terms(want.text, counts)) for want in wanted]
+        few = [index for index, terms in enumerate(chosen)
+               if all(counts.get(term, 0) <= POSTINGS_CAP for term in terms)
+               ] if len(wanted) >= POSTINGS_FROM else []
+        held = dict(zip(few, self.store.items_holding_two(
+            user_id, [chosen[index] for index in few], DEDUP_CANDIDATES), strict=True))
+        keyed = [found if (found := held.get(index)) is not None else [
+            item_id for item_id, _ in self.store.keyword_search_items(
+                user_id, terms, "two",
+                ItemQuery(category=want.category, context=want.context, entity=want.entity),
+                DEDUP_CANDIDATES)]
+            for index, (want, terms) in enumerate(zip(wanted, chosen, strict=True))]
         # The same texts (no LIMIT or ORDER BY the planner could prefer to walk instead);
         # twin_of checks category, context and entity.
         holding: dict[str, list[Item]] = {}

@@ -38,6 +38,7 @@ import numpy.typing as npt
 from ..types import Event, Item, ItemQuery, ToolCall, Turn
 
 __all__ = [
+    "POSTINGS_CAP",
     "ROLES",
     "Admin",
     "EmbeddingIndex",
@@ -63,6 +64,9 @@ __all__ = [
 Vector = npt.NDArray[np.float32]
 MatchMode = Literal["and", "or", "two"]
 Table = Literal["knowledge", "conversations"]
+POSTINGS_CAP = 1_000
+"""Rows holding one term that ``items_holding_two`` reads; a list with a term in more
+rows is left to ``keyword_search_items`` (dedup picks rare words, mostly far under it)."""
 
 
 @dataclass(frozen=True)
@@ -304,6 +308,18 @@ class TextIndex(Protocol):
         count expires (a stale count costs the lookup speed, not its answer)."""
 
     @scoped_to_user
+    def items_holding_two(self, user_id: str, term_lists: Sequence[Sequence[str]],
+                          limit: int) -> list[list[str] | None]:
+        """For each list of terms, the ids of the user's current items holding two of
+        them (every one, when fewer than three are given), as ``keyword_search_items``
+        in ``two`` mode matches words but unranked: most terms first, then newest.
+        None for a list held by more than ``limit`` such items, or holding a term in
+        more than ``POSTINGS_CAP`` rows (ask ``keyword_search_items`` for its best).
+
+        Every list is answered from the same postings, read once: dedup's lookups for a
+        whole ``remember_many`` batch in a few statements instead of one per text."""
+
+    @scoped_to_user
     def keyword_search_turns(
         self, user_id: str, terms: Sequence[str], mode: MatchMode, query: TurnQuery, limit: int
     ) -> list[tuple[str, float]]:
@@ -492,7 +508,10 @@ def protocol_methods() -> dict[str, Callable[..., Any]]:
             if not name.startswith("_") and callable(member)}
 
 
-def iter_chunks(values: Sequence[str], size: int = 500) -> Iterator[Sequence[str]]:
+_V = TypeVar("_V")
+
+
+def iter_chunks(values: Sequence[_V], size: int = 500) -> Iterator[Sequence[_V]]:
     """Slices of at most ``size`` values (keeps ``IN (...)`` lists under bind limits)."""
     for start in range(0, len(values), size):
         yield values[start : start + size]

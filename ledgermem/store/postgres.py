@@ -795,6 +795,21 @@ class PostgresStore(SQLStore):
         n_rows, length = cached[0], cached[1]
         return n_rows, (length / n_rows if n_rows else 0.0) or 1.0
 
+    def _postings(self, user_id: str, terms: Sequence[str], cap: int
+                  ) -> dict[str, list[int]]:
+        """Every term's postings (those of all its lexemes) in one statement, each term's
+        read through the postings index (a lateral lookup per term, as ``_term_counts``)."""
+        if not terms:
+            return {}
+        found: dict[str, list[int]] = {}
+        for term, pk in self._read(
+                "SELECT w.term, p.pk FROM unnest(?::text[]) AS w(term) CROSS JOIN LATERAL ("
+                "SELECT p.pk FROM knowledge_terms AS p WHERE p.user_id = ? AND p.lexeme = ANY("
+                "tsvector_to_array(to_tsvector('ledgermem_english', w.term))) LIMIT ?) AS p",
+                [list(terms), user_id, cap + 1]):
+            found.setdefault(term, []).append(pk)
+        return found
+
     def keyword_search_items(
         self, user_id: str, terms: Sequence[str], mode: MatchMode, query: ItemQuery, limit: int
     ) -> list[tuple[str, float]]:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import chain
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -20,7 +22,7 @@ import numpy as np
 from ..domain.projection import Add, Delete, Insert, Scale, project
 from ..errors import SchemaMismatch
 from ..types import Event, Item, ItemQuery, ToolCall, Turn
-from .base import MatchMode, StoredKey, Table, TurnQuery, Vector, iter_chunks
+from .base import POSTINGS_CAP, MatchMode, StoredKey, Table, TurnQuery, Vector, iter_chunks
 
 Run = Callable[[str, Sequence[Any]], list[tuple[Any, ...]]]
 """Executes one statement inside a write transaction and returns its rows."""
@@ -563,6 +565,42 @@ class SQLStore(ABC):
         """Rebuild full-text indexes from the views."""
 
     # knowledge --------------------------------------------------------------------
+    def items_holding_two(self, user_id: str, term_lists: Sequence[Sequence[str]],
+                          limit: int) -> list[list[str] | None]:
+        lists = [list(dict.fromkeys(terms)) for terms in term_lists]
+        postings = {term: set(pks) for term, pks in self._postings(
+            user_id, sorted({t for terms in lists for t in terms}), POSTINGS_CAP).items()}
+        held: list[Counter[int] | None] = []
+        for terms in lists:
+            holding = [postings.get(term, set()) for term in terms]
+            if any(len(pks) > POSTINGS_CAP for pks in holding):
+                held.append(None)
+                continue
+            need = 2 if len(terms) > 2 else len(terms)
+            count = Counter(chain.from_iterable(holding))
+            held.append(Counter({pk: n for pk, n in count.items() if n >= need}))
+        # Other users' and superseded rows hold words too: only the user's current
+        # items count towards ``limit``, as the ranked lookup filters before its LIMIT.
+        ids: dict[int, str] = {}
+        where, params = item_where_sql(user_id, ItemQuery(), by_id=self._hint_ids)
+        for chunk in iter_chunks(sorted({pk for pks in held if pks for pk in pks})):
+            ids.update(self._read(f"SELECT pk, id FROM knowledge WHERE pk IN "
+                                  f"({_marks(len(chunk))}) AND {where}", [*chunk, *params]))
+        found: list[list[str] | None] = []
+        for pks in held:
+            kept = None if pks is None else sorted(
+                (pk for pk in pks if pk in ids), key=lambda pk: (-pks[pk], -pk))
+            found.append(None if kept is None or len(kept) > limit
+                         else [ids[pk] for pk in kept])
+        return found
+
+    @abstractmethod
+    def _postings(self, user_id: str, terms: Sequence[str], cap: int
+                  ) -> dict[str, list[int]]:
+        """For each of ``terms``, the ``pk`` of up to ``cap + 1`` knowledge rows holding it
+        (as keyword search matches it), the user's at least; rows of other users may be
+        among them."""
+
     def get_item(self, user_id: str, item_id: str) -> Item | None:
         rows = self._read(f"SELECT {', '.join(ITEM_COLUMNS)} FROM knowledge "
                           "WHERE user_id = ? AND id = ?", [user_id, item_id])

@@ -14,6 +14,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import combinations, groupby
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -358,6 +359,22 @@ class SQLiteStore(SQLStore):
             bm25=lambda words, how: self._bm25(table, match(words, how), where,
                                                plain, limit, 1.0 if scoped else share),
             common_terms=lambda words: self._common_terms(fts, table, words), newest=newest)
+
+    def _postings(self, user_id: str, terms: Sequence[str], cap: int
+                  ) -> dict[str, list[int]]:
+        """One FTS5 match of each term alone (through the user's scope token, as
+        ``_keyword``), ``TERMS_PER_STATEMENT`` terms a statement."""
+        scoped = self._share("knowledge", user_id) < SCOPE_SHARE
+        found: dict[str, list[int]] = {}
+        for part in iter_chunks(terms, TERMS_PER_STATEMENT):
+            rows = self._read(" UNION ALL ".join(
+                f"SELECT * FROM (SELECT {index}, rowid FROM knowledge_fts WHERE "
+                f"knowledge_fts MATCH ? LIMIT {int(cap) + 1})" for index in range(len(part))),
+                [scoped_match("knowledge", user_id, [term], "or") if scoped
+                 else text_match("knowledge", [term], "or") for term in part])
+            for index, group in groupby(rows, key=itemgetter(0)):
+                found.setdefault(part[index], []).extend(pk for _, pk in group)
+        return found
 
     def _share(self, table: Table, user_id: str) -> float:
         """About the share of ``table``'s rows that are ``user_id``'s; ``SCOPE_SHARE``
