@@ -99,8 +99,9 @@ class ItemWriter:
              ) -> Item | None:
         """The active item ``text`` restates (``dedup.twin_of``), among the candidates
         ``_candidates`` finds for it."""
-        found = self._candidates(user_id, [Wanted(text, category, context, entity)],
-                                 self._word_counts(user_id, [text]))[0]
+        counts = self._word_counts(user_id, [text])
+        found = self._candidates(user_id, [Wanted(text, category, context, entity,
+                                                  dedup_terms(text, counts))], counts)[0]
         return twin_of(text, category, context, entity, found)
 
     def _word_counts(self, user_id: str, texts: Iterable[str]) -> dict[str, int]:
@@ -129,18 +130,17 @@ class ItemWriter:
         PostgreSQL) and one per 500 items holding two. Then one per 500 texts for the
         items holding them exactly (by the content index) and one per 500 candidates.
         ``counts``: ``_word_counts`` of the texts."""
-        chosen = [list(dedup_terms(want.text, counts)) for want in wanted]
-        few = [index for index, terms in enumerate(chosen)
-               if all(counts.get(term, 0) <= POSTINGS_CAP for term in terms)
+        few = [index for index, want in enumerate(wanted)
+               if all(counts.get(term, 0) <= POSTINGS_CAP for term in want.terms)
                ] if len(wanted) >= POSTINGS_FROM else []
         held = dict(zip(few, self.store.items_holding_two(
-            user_id, [chosen[index] for index in few], DEDUP_CANDIDATES), strict=True))
+            user_id, [wanted[index].terms for index in few], DEDUP_CANDIDATES), strict=True))
         keyed = [found if (found := held.get(index)) is not None else [
             item_id for item_id, _ in self.store.keyword_search_items(
-                user_id, terms, "two",
+                user_id, list(want.terms), "two",
                 ItemQuery(category=want.category, context=want.context, entity=want.entity),
                 DEDUP_CANDIDATES)]
-            for index, (want, terms) in enumerate(zip(wanted, chosen, strict=True))]
+            for index, want in enumerate(wanted)]
         # The same texts (no LIMIT or ORDER BY the planner could prefer to walk instead);
         # twin_of checks category, context and entity.
         holding: dict[str, list[Item]] = {}
@@ -198,17 +198,19 @@ class ItemWriter:
         if not drafts:
             return []
         with self.store.writing_for(scope.user_id):
-            counts: dict[str, int] = {}
-            candidates: list[list[Item]] = [[] for _ in drafts]
+            batch = Batch(scope, self.now())
             if merge:
                 # The store's candidates of every entry at once: the batch's own items
                 # are not in the store yet, so no lookup depends on the entries before.
                 counts = self._word_counts(scope.user_id, [d.text for d in drafts])
-                candidates = self._candidates(scope.user_id, [
-                    Wanted(d.text, d.category, d.context, d.entity) for d in drafts], counts)
-            batch = Batch(scope, self.now(), counts)
-            for draft, found in zip(drafts, candidates, strict=True):
-                batch.add(draft, batch.twin(draft, found) if merge else None)
+                wanted = [Wanted(d.text, d.category, d.context, d.entity,
+                                 dedup_terms(d.text, counts)) for d in drafts]
+                for draft, want, found in zip(drafts, wanted, self._candidates(
+                        scope.user_id, wanted, counts), strict=True):
+                    batch.add(draft, batch.twin(draft, want.terms, found))
+            else:
+                for draft in drafts:
+                    batch.add(draft, None)
             self.store.append(batch.events)
             stored = {item.id: item for ids in iter_chunks(list(dict.fromkeys(batch.ids)))
                       for item in self.store.query_items(
@@ -340,12 +342,14 @@ _ENTRY_FIELDS = frozenset({"content", "category", "domain", "source", "confidenc
 
 
 class Wanted(NamedTuple):
-    """What a dedup lookup looks for: a text, and the scope of an item it may restate."""
+    """What a dedup lookup looks for: a text, the scope of an item it may restate, and
+    the words a restatement holds two of (``dedup_terms``)."""
 
     text: str
     category: str
     context: str
     entity: str | None
+    terms: Sequence[str]
 
 
 @dataclass(frozen=True)
@@ -392,8 +396,8 @@ class Batch:
     entries an entry may restate costs no more than the entries sharing a word with it.
     """
 
-    def __init__(self, scope: Scope, now: str, counts: Mapping[str, int]) -> None:
-        self.scope, self.now, self.counts = scope, now, counts
+    def __init__(self, scope: Scope, now: str) -> None:
+        self.scope, self.now = scope, now
         self.events: list[Event] = []
         self.ids: list[str] = []
         self.written: list[Literal["added", "merged"]] = []
@@ -404,12 +408,12 @@ class Batch:
         self._by_text: dict[str, list[str]] = {}
         self._words: dict[str, frozenset[str]] = {}
 
-    def twin(self, draft: Draft, stored: Sequence[Item]) -> Item | None:
+    def twin(self, draft: Draft, chosen: Sequence[str], stored: Sequence[Item]
+             ) -> Item | None:
         """The item ``draft`` restates among ``stored`` (as this batch left them) and
-        the items this batch added or changed."""
+        the items this batch added or changed. ``chosen``: its ``dedup_terms``."""
         near = dict.fromkeys(self._by_text.get(draft.text, []))
         # As in the store: the items holding two of its rarest words (all, if fewer).
-        chosen = dedup_terms(draft.text, self.counts)
         holding = Counter(item_id for word in chosen
                           for item_id in dict.fromkeys(self._by_word.get(word, ())))
         near.update(dict.fromkeys(item_id for item_id, held in holding.items()
