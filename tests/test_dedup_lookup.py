@@ -194,3 +194,25 @@ def test_batched_and_ranked_lookups_find_the_same_candidates(mem: Memory) -> Non
             answered += 1
             assert sorted(ids) == sorted(ranked), terms
     assert answered > 150
+
+
+def test_a_large_batch_reads_the_postings_in_parts(mem: Memory, monkeypatch: Any) -> None:
+    monkeypatch.setattr("ledgermem.domain.writer.POSTINGS_TEXTS", 2)
+    alice = mem.for_user("alice")
+    kept = [alice.remember(f"{word} walrus watched the {FILLERS[-1 - n]} glacier calving",
+                           dedup=False) for n, word in enumerate(FILLERS[:5])]
+    parts: list[int] = []
+    holding_two = mem.store.items_holding_two
+
+    def counted(user_id: str, term_lists: Any, limit: int) -> Any:
+        parts.append(len(term_lists))
+        return holding_two(user_id, term_lists, limit)
+
+    monkeypatch.setattr(mem.store, "items_holding_two", counted)
+    # Restatements (one more word each), not the same texts: found by their words.
+    items = alice.remember_many([f"{word} walrus slowly watched the {FILLERS[-1 - n]} glacier "
+                                 "calving" for n, word in enumerate(FILLERS[:5])]
+                                + ["a narwhal surfaced near the ice floe"])
+    assert parts == [2, 2, 2]
+    assert [i.written for i in items] == ["merged"] * 5 + ["added"]
+    assert [i.id for i in items[:5]] == [k.id for k in kept]

@@ -58,6 +58,10 @@ When = Callable[[str | datetime | None], str | None]
 POSTINGS_FROM = 3
 """Texts from which dedup reads its words' postings once for all (``_candidates``); a
 ranked lookup per text costs fewer statements below it (one each, against two)."""
+POSTINGS_TEXTS = 1_000
+"""Texts answered from one read of their words' postings; a larger batch is read in
+parts, so that the postings held at once stay bounded (1,000 texts of the write
+benchmark held ~130,000 at 20,000 items)."""
 DEDUP_CANDIDATES = 10
 """Keyword candidates one dedup lookup considers. A restatement shares more than 80% of
 its words with the text, so BM25 ranks it at or near the top; a longer list mostly
@@ -133,8 +137,10 @@ class ItemWriter:
         few = [index for index, want in enumerate(wanted)
                if all(counts.get(term, 0) <= POSTINGS_CAP for term in want.terms)
                ] if len(wanted) >= POSTINGS_FROM else []
-        held = dict(zip(few, self.store.items_holding_two(
-            user_id, [wanted[index].terms for index in few], DEDUP_CANDIDATES), strict=True))
+        held = {index: found for part in iter_chunks(few, POSTINGS_TEXTS)
+                for index, found in zip(part, self.store.items_holding_two(
+                    user_id, [wanted[index].terms for index in part], DEDUP_CANDIDATES),
+                    strict=True)}
         keyed = [found if (found := held.get(index)) is not None else [
             item_id for item_id, _ in self.store.keyword_search_items(
                 user_id, list(want.terms), "two",
