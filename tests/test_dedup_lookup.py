@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ledgermem import Memory
+from ledgermem.benchmarks.scale import Corpus
 from ledgermem.domain.dedup import dedup_terms
 from ledgermem.store.postgres import PostgresStore
 from ledgermem.store.sql import item_where_sql
@@ -171,10 +174,6 @@ def test_items_holding_two_leave_a_term_of_too_many_rows_alone(
 def test_batched_and_ranked_lookups_find_the_same_candidates(mem: Memory) -> None:
     """On a corpus of Zipf-distributed words (as the write benchmark's), every text a
     batch answers from the postings gets the ranked lookup's candidates."""
-    import numpy as np
-
-    from ledgermem.benchmarks.scale import Corpus
-
     rng = np.random.default_rng(7)
     corpus = Corpus(rng)
     alice = mem.for_user("alice")

@@ -14,7 +14,6 @@ facade.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -23,7 +22,7 @@ from typing import Any, Literal, NamedTuple
 from ..clock import Clock, iso, new_id
 from ..errors import InvalidInput, NotFound
 from ..retrieval.keyword import query_terms, word_set
-from ..store.base import POSTINGS_CAP, Store, iter_chunks
+from ..store.base import POSTINGS_CAP, Store, holding_two, iter_chunks
 from ..types import CATEGORIES, SOURCES, START_CONFIDENCE, Event, Item, ItemQuery, Scope
 from ..validation import (
     check_choice,
@@ -420,10 +419,8 @@ class Batch:
         the items this batch added or changed. ``chosen``: its ``dedup_terms``."""
         near = dict.fromkeys(self._by_text.get(draft.text, []))
         # As in the store: the items holding two of its rarest words (all, if fewer).
-        holding = Counter(item_id for word in chosen
-                          for item_id in dict.fromkeys(self._by_word.get(word, ())))
-        near.update(dict.fromkeys(item_id for item_id, held in holding.items()
-                                  if held >= min(2, len(chosen))))
+        near.update(dict.fromkeys(holding_two(
+            [dict.fromkeys(self._by_word.get(word, ())) for word in chosen])))
         words = word_set(draft.text)
         # The overlap test first, on word sets kept per item: only a few of the items
         # sharing a word pass it, and restates() reads both texts again.

@@ -27,9 +27,11 @@ ranks (reciprocal rank fusion), so both backends rank the same way.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
@@ -54,6 +56,7 @@ __all__ = [
     "TurnReader",
     "across_users",
     "declaring",
+    "holding_two",
     "protocol_methods",
     "row_scope",
     "scoped_to_events",
@@ -509,6 +512,15 @@ def protocol_methods() -> dict[str, Callable[..., Any]]:
 
 
 _V = TypeVar("_V")
+
+
+def holding_two(holders: Sequence[Iterable[_V]]) -> Counter[_V]:
+    """Keyword mode ``two`` over rows already found: of the rows holding each term (one
+    collection per distinct term, a row once in each), those holding two of the terms
+    (every one, when fewer than three), with how many they hold."""
+    need = min(2, len(holders))
+    count = Counter(chain.from_iterable(holders))
+    return Counter({row: n for row, n in count.items() if n >= need})
 
 
 def iter_chunks(values: Sequence[_V], size: int = 500) -> Iterator[Sequence[_V]]:

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
-from itertools import chain
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -22,7 +20,16 @@ import numpy as np
 from ..domain.projection import Add, Delete, Insert, Scale, project
 from ..errors import SchemaMismatch
 from ..types import Event, Item, ItemQuery, ToolCall, Turn
-from .base import POSTINGS_CAP, MatchMode, StoredKey, Table, TurnQuery, Vector, iter_chunks
+from .base import (
+    POSTINGS_CAP,
+    MatchMode,
+    StoredKey,
+    Table,
+    TurnQuery,
+    Vector,
+    holding_two,
+    iter_chunks,
+)
 
 Run = Callable[[str, Sequence[Any]], list[tuple[Any, ...]]]
 """Executes one statement inside a write transaction and returns its rows."""
@@ -570,15 +577,9 @@ class SQLStore(ABC):
         lists = [list(dict.fromkeys(terms)) for terms in term_lists]
         postings = {term: set(pks) for term, pks in self._postings(
             user_id, sorted({t for terms in lists for t in terms}), POSTINGS_CAP).items()}
-        held: list[Counter[int] | None] = []
-        for terms in lists:
-            holding = [postings.get(term, set()) for term in terms]
-            if any(len(pks) > POSTINGS_CAP for pks in holding):
-                held.append(None)
-                continue
-            need = 2 if len(terms) > 2 else len(terms)
-            count = Counter(chain.from_iterable(holding))
-            held.append(Counter({pk: n for pk, n in count.items() if n >= need}))
+        holders = [[postings.get(term, set()) for term in terms] for terms in lists]
+        held = [None if any(len(pks) > POSTINGS_CAP for pks in each) else holding_two(each)
+                for each in holders]
         # Other users' and superseded rows hold words too: only the user's current
         # items count towards ``limit``, as the ranked lookup filters before its LIMIT.
         ids: dict[int, str] = {}
