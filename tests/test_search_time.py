@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from ledgermem import Hit, InvalidInput, Item, Memory, SearchOptions, UserMemory
+from ledgermem.store.base import TurnQuery
 from tests.support import START, FakeClock
 
 # START is Monday 1 June 2026, 12:00 UTC: "last week" is 25–31 May 2026.
@@ -111,6 +112,37 @@ def test_hard_filter_on_conversations(alice: UserMemory, clock: FakeClock) -> No
         yesterday.id]
     assert set(ids(alice.search_conversations("dentist yesterday", time_mode="off"))) == {
         yesterday.id, earlier.id}
+
+
+def test_a_window_finds_every_turn_inside_it_whatever_order_they_were_written(
+        mem: Memory, alice: UserMemory, clock: FakeClock) -> None:
+    """A time-bounded keyword search reads only the stretch of the index between the
+    window's first and last turn as stored (SQLite); turns written out of time order
+    sit inside and outside that stretch, and the answer is the unbounded search's rows
+    inside the window."""
+    days = [10, 1, 5, 2, 9, 3, 1, 7]
+    written = {}
+    for n, day in enumerate(days):
+        clock.now = datetime(2026, 5, day, 9, n, tzinfo=UTC)
+        written[alice.add_turn("user", f"The copper kettle whistled again, take {n}").id] = day
+    bob = mem.for_user("bob")
+    bob.add_turn("user", "The copper kettle of bob whistled")
+    everything = mem.store.keyword_search_turns("alice", ["copper", "kettle"], "or",
+                                                TurnQuery(), 50)
+    assert {doc for doc, _ in everything} == set(written)
+    for low, high in [(1, 2), (2, 3), (4, 8), (10, 10), (11, 12), (None, 2), (9, None)]:
+        query = TurnQuery(
+            time_from=None if low is None else datetime(2026, 5, low, tzinfo=UTC).isoformat(),
+            time_to=None if high is None else datetime(2026, 5, high, 23, 59,
+                                                      tzinfo=UTC).isoformat())
+        inside = {doc for doc, day in written.items()
+                  if (low is None or day >= low) and (high is None or day <= high)}
+        for mode in ("or", "and"):
+            found = mem.store.keyword_search_turns("alice", ["copper", "kettle"], mode,
+                                                   query, 50)
+            assert {doc for doc, _ in found} == inside, (low, high, mode)
+            assert [score for _, score in found] == sorted(
+                (score for doc, score in everything if doc in inside), reverse=True)
 
 
 def test_a_query_that_is_only_a_time_lists_that_time(alice: UserMemory,

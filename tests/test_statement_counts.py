@@ -159,6 +159,25 @@ def test_a_default_conversation_search_only_reads(tmp_path: Path, clock: FakeClo
                    for s in seen) == 1
 
 
+def test_a_time_naming_conversation_search_counts_its_words_once(
+        tmp_path: Path, clock: FakeClock) -> None:
+    """The words of a query that names a time are counted once, though the turns are
+    searched for them twice (all of them; then, inside the window, all but the time
+    words); the search inside the window reads only the window's stretch of the index."""
+    with Memory.open(tmp_path / "w.db", embedder=None, clock=clock) as memory:
+        alice = memory.for_user("alice")
+        alice.add_turns([{"role": "user", "content": f"The green kettle {n} whistles",
+                          "at": f"2026-05-{1 + n % 28:02d}T09:00:00+00:00"}
+                         for n in range(30)], session_id="s")
+        alice.search_conversations("kettle")
+        with statements(memory) as seen:
+            assert alice.search_conversations("green kettle whistles in May 2026")
+        counted = [s for s in seen if "SELECT 1 FROM conversations_fts" in s]
+        assert len(counted) == 1
+        windowed = [s for s in seen if "conversations_fts MATCH" in s and "t.ts >=" in s]
+        assert windowed and all("conversations_fts.rowid BETWEEN" in s for s in windowed)
+
+
 def _many(memory: Memory, count: int, *, dedup: bool, start: int = 0) -> list[str]:
     alice = memory.for_user("alice")
     with statements(memory) as seen:

@@ -11,8 +11,9 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
+from operator import itemgetter
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -142,21 +143,47 @@ def spoken_day(timestamp: str) -> str:
     return f"{moment.day} {moment:%B %Y %A}"
 
 
+def _in_field_order(kind: type, columns: Sequence[str], last: str) -> Callable[[Any], Any]:
+    """The values of a row of ``columns`` in the order of ``kind``'s fields, up to its
+    field ``last`` (excluded): a search builds dozens of rows, and positional
+    arguments cost half of keywords from a dict."""
+    return itemgetter(*(columns.index(name) for name in _fields_before(kind, last)))
+
+
+def _fields_before(kind: type, last: str) -> list[str]:
+    names = [f.name for f in fields(kind)]
+    return names[: names.index(last)]
+
+
+def _metadata(raw: str | None) -> dict[str, Any]:
+    return json.loads(raw) if raw and raw != "{}" else {}
+
+
+_ITEM_VALUES = _in_field_order(Item, ITEM_COLUMNS, "metadata")
+_ITEM_METADATA = ITEM_COLUMNS.index("metadata")
+_ITEM_CONFIDENCE = _fields_before(Item, "metadata").index("confidence")
+_ITEM_SENSITIVE = _fields_before(Item, "metadata").index("sensitive")
+_TURN_VALUES = _in_field_order(Turn, TURN_COLUMNS, "metadata")
+_TURN_METADATA = TURN_COLUMNS.index("metadata")
+_TURN_NAME = TURN_COLUMNS.index("name")
+_ITEM: Callable[..., Item] = Item   # built from positional values (not checkable)
+_TURN: Callable[..., Turn] = Turn
+
+
 def item_from_row(row: Sequence[Any]) -> Item:
-    values = dict(zip(ITEM_COLUMNS, row, strict=True))
-    values["sensitive"] = bool(values["sensitive"])
-    values["metadata"] = json.loads(values["metadata"] or "{}")
-    values["confidence"] = float(values["confidence"])
-    return Item(**values)
+    values = list(_ITEM_VALUES(row))
+    # The driver's types (a 0/1 integer, a Decimal) as the item's.
+    values[_ITEM_SENSITIVE] = bool(values[_ITEM_SENSITIVE])
+    values[_ITEM_CONFIDENCE] = float(values[_ITEM_CONFIDENCE])
+    return _ITEM(*values, metadata=_metadata(row[_ITEM_METADATA]))
 
 
 def turn_from_row(row: Sequence[Any]) -> Turn:
-    values = dict(zip(TURN_COLUMNS, row, strict=True))
-    metadata = json.loads(values.pop("metadata") or "{}")
-    name = values.pop("name")
+    metadata = _metadata(row[_TURN_METADATA])
+    name = row[_TURN_NAME]
     if name is not None:
         metadata.setdefault("name", name)
-    return Turn(**values, metadata=metadata)
+    return _TURN(*_TURN_VALUES(row), metadata=metadata)
 
 
 def tool_from_row(row: Sequence[Any]) -> ToolCall:
