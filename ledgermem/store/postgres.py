@@ -177,6 +177,8 @@ long, as after a server restart; a failure sooner reaches the caller as a
 ``StorageError`` and the pool drops that connection."""
 WORD_COUNTS_KEPT = 100_000
 """Words whose counts ``term_counts`` keeps (``CORPUS_TTL_S`` each), over all users."""
+COUNTED_WORDS = 10_000
+"""Words whose counts for the common-term rule (``_common_terms``) a store keeps."""
 _COSINE = "coalesce(nullif(1 - (embedding <=> ?::vector), 'NaN'), 0)"
 """Cosine similarity, 0 for a zero vector (pgvector says NaN), as SQLite's dot product."""
 
@@ -325,10 +327,9 @@ class PostgresStore(SQLStore):
         self._search_path: str | None = None
         self._corpora: dict[tuple[str, str], tuple[int, int, float]] = {}
         """(table, user) → (rows, tokens in them, until when to trust it)."""
-        self._counted: dict[tuple[str, str, tuple[str, ...], int],
-                            tuple[tuple[int, int, float], frozenset[str]]] = {}
-        """(table, user, words, cut-off) → (the ``_corpora`` entry counted under, the
-        common words): ``_common_terms``."""
+        self._counted: dict[tuple[str, str, str, int], tuple[tuple[int, int, float], int]] = {}
+        """(table, user, word, cut-off) → (the ``_corpora`` entry counted under, the
+        word's count): ``_common_terms``."""
         self._word_counts: dict[tuple[str, str, str], tuple[int, int, float]] = {}
         """(table, user, word) → (its count, the cut-off it was counted to, until when
         to trust it): ``term_counts``."""
@@ -661,6 +662,8 @@ class PostgresStore(SQLStore):
         deleted user stays in this process."""
         for key in [key for key in self._word_counts if key[1] == user_id]:
             del self._word_counts[key]
+        for counted in [key for key in self._counted if key[1] == user_id]:
+            del self._counted[counted]
 
     def _embedding_cache(self, run: Run) -> None:
         """Vectors stay server-side across a rebuild, in a temporary table."""
@@ -724,21 +727,27 @@ class PostgresStore(SQLStore):
 
     def _common_terms(self, run: Run, table: str, user_id: str, terms: Sequence[str],
                       cutoff: int) -> set[str]:
-        """The terms whose postings for this user outnumber ``cutoff``. Kept while the
-        user's cached corpus statistics are (a search asks for its words' for the
-        ``and`` search and again for the ``or`` one)."""
-        key = (table, user_id, tuple(sorted(set(terms))), cutoff)
+        """The terms whose postings for this user outnumber ``cutoff``. Each word's
+        count is kept while the user's cached corpus statistics are, and only the words
+        not kept are counted (a search asks for its words' for the ``and`` search and
+        again for the ``or`` one, and a time-naming one again without its time words)."""
         corpus = self._corpora.get((table, user_id))
-        kept = self._counted.get(key)
-        if kept is not None and corpus is not None and kept[0] is corpus:
-            return set(kept[1])
-        counts = self._term_counts(run, table, user_id, terms, cutoff)
-        common = {term for term, count in counts.items() if count > cutoff}
-        if corpus is not None:
-            if len(self._counted) >= 256:
-                self._counted.clear()
-            self._counted[key] = (corpus, frozenset(common))
-        return common
+        words = sorted(set(terms))
+        counts: dict[str, int] = {}
+        for word in words:
+            kept = self._counted.get((table, user_id, word, cutoff))
+            if kept is not None and corpus is not None and kept[0] is corpus:
+                counts[word] = kept[1]
+        missing = [word for word in words if word not in counts]
+        if missing:
+            fresh = self._term_counts(run, table, user_id, missing, cutoff)
+            counts.update(fresh)
+            if corpus is not None:
+                if len(self._counted) + len(fresh) > COUNTED_WORDS:
+                    self._counted.clear()
+                for word, count in fresh.items():
+                    self._counted[(table, user_id, word, cutoff)] = (corpus, count)
+        return {term for term, count in counts.items() if count > cutoff}
 
     def term_counts(self, user_id: str, table: Table, terms: Sequence[str]
                     ) -> tuple[int, dict[str, int]]:

@@ -121,6 +121,26 @@ def test_no_word_of_a_deleted_user_stays_counted(pg_memory: Memory) -> None:
     assert not [key for key in store._word_counts if key[1] == "alice"]
 
 
+def test_a_time_naming_search_counts_its_words_once(
+        pg_memory: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Turns are searched for all the query's words, then inside the window for all but
+    its time words: each word's postings are counted once."""
+    alice = pg_memory.for_user("alice")
+    alice.add_turns([{"role": "user", "content": f"The green kettle {n} whistles",
+                      "at": f"2026-05-{1 + n % 28:02d}T09:00:00+00:00"} for n in range(30)],
+                    session_id="s")
+    alice.search_conversations("kettle")
+    seen = _trace(monkeypatch)
+    assert alice.search_conversations("green kettle whistles in May 2026")
+    assert sum("FROM conversations_terms AS p WHERE p.user_id = ? AND p.lexeme = ANY("
+               "tsvector_to_array(to_tsvector('ledgermem_english', term)))" in sql
+               for sql, _ in seen) == 1
+    alice.forget_user()
+    store = pg_memory.store
+    assert isinstance(store, PostgresStore)
+    assert not [key for key in store._counted if key[1] == "alice"]
+
+
 def test_new_rows_join_the_cached_corpus_statistics_without_a_read(
         pg_memory: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
     """BM25's cached row count and length (``_corpus``) take the rows a write adds from
