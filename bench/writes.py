@@ -15,6 +15,9 @@ The full store is filled as ``memory.added`` events appended straight to the sto
 with random unit vectors (no model runs for 100,000 items), all in the one user's
 scope that the timed writes go to. Texts are the scale benchmark's synthetic sentences
 (a Zipf vocabulary), so keyword postings and the dedup lookup look like real text.
+Then the store is settled as an import leaves it (``Store.settle``: on PostgreSQL
+``VACUUM (ANALYZE)``, what autovacuum does some while after a load); ``--unsettled``
+times the writes right after the raw fill instead.
 """
 
 from __future__ import annotations
@@ -133,8 +136,9 @@ def _embedding_rate(url: str, embedder: Embedder, corpus: Corpus, rng: np.random
 
 def measure_writes(stores: Stores, *, full: int, calls: int, batch_items: int, batch: int,
                    embedder_name: str, embed_sample: int, seed: int = 0,
-                   quiet: bool = False) -> dict[str, Any]:
-    """One backend's figures (items per second) in new stores made by ``stores``."""
+                   quiet: bool = False, settle: bool = True) -> dict[str, Any]:
+    """One backend's figures (items per second) in new stores made by ``stores``;
+    ``settle``: the full store is settled after its fill (``Store.settle``)."""
     rng = np.random.default_rng(seed)
     corpus = Corpus(rng)
     embedder = None if embedder_name == "none" else embedder_from_name(embedder_name)
@@ -155,6 +159,10 @@ def measure_writes(stores: Stores, *, full: int, calls: int, batch_items: int, b
                                                 batch, bar)
         with Memory(open_store(stores.new("full")), embedder=embedder) as memory:
             run["fill_s"] = round(_fill(memory, corpus, rng, full, embedder, bar), 1)
+            if settle:  # as an import leaves a store (``Store.settle``)
+                started = time.perf_counter()
+                memory.store.settle()
+                run["settle_s"] = round(time.perf_counter() - started, 1)
             run["remember_full"] = _remember(memory, corpus.sentences(rng, calls), bar,
                                              f"remember (at {full:,})")
             run["remember_many_full"] = _remember_many(
@@ -197,6 +205,8 @@ def main() -> int:
                         help="'default', a registered name, or 'none'")
     parser.add_argument("--embed-sample", type=int, default=500,
                         help="items the embedding rate is measured on (0: not measured)")
+    parser.add_argument("--unsettled", action="store_true",
+                        help="time the writes right after the fill, not settling it first")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     from ledgermem.providers.embedders import DEFAULT_EMBEDDER
@@ -219,7 +229,7 @@ def main() -> int:
             report["runs"].append(measure_writes(
                 stores, full=args.full, calls=args.calls, batch_items=args.batch_items,
                 batch=args.batch, embedder_name=name, embed_sample=args.embed_sample,
-                quiet=args.json))
+                quiet=args.json, settle=not args.unsettled))
     if args.json:
         print(json.dumps(report))
     else:

@@ -259,6 +259,7 @@ class Memory:
     def rebuild(self) -> None:
         """Re-derive every view and index from the ledger."""
         self.store.rebuild()
+        self.store.settle()
 
     def verify(self) -> dict[str, Any]:
         """Re-derive every view from the ledger through the one projection, in a scratch

@@ -256,6 +256,7 @@ def _write(store: Store, header: dict[str, Any], records: Iterable[tuple[str, An
             raise StorageError("the export ends without its end record: the file was cut")
         if check is not None:
             check()
+    store.settle()
     return writer
 
 

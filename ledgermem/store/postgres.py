@@ -520,6 +520,18 @@ class PostgresStore(SQLStore):
             with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
                 conn.execute("CHECKPOINT")
 
+    def settle(self) -> None:
+        """``VACUUM (ANALYZE)`` of every table that holds users' rows, on a pool
+        connection (outside a transaction, as PostgreSQL needs). It blocks no read or
+        write; without the tables' owner PostgreSQL skips them with a warning."""
+        if self._closed:
+            raise StorageError("the store is closed")
+        if self._local.conn is not None:
+            return
+        with _translated("cannot vacuum"), self._pool.connection() as conn:
+            for table in VACUUM_TABLES:
+                conn.execute(pgsql.SQL("VACUUM (ANALYZE) {}").format(pgsql.Identifier(table)))
+
     def _vector_index(self, run: Run, dims: int) -> None:
         """HNSW indexes for vectors of ``dims`` dimensions; those of others go."""
         run("SELECT pg_advisory_xact_lock(?)", [MIGRATION_LOCK])

@@ -551,6 +551,9 @@ class SQLiteStore(SQLStore):
         for index in self._indexes.values():
             index.reset()
 
+    def settle(self) -> None:
+        """Nothing to do on SQLite (see ``Store.settle``)."""
+
     def rebuild_fts(self) -> None:
         """Rebuild both FTS5 indexes from their tables."""
         with self._writing() as run:
