@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import re
 import threading
 import time
@@ -179,6 +180,7 @@ WORD_COUNTS_KEPT = 100_000
 """Words whose counts ``term_counts`` keeps (``CORPUS_TTL_S`` each), over all users."""
 COUNTED_WORDS = 10_000
 """Words whose counts for the common-term rule (``_common_terms``) a store keeps."""
+log = logging.getLogger("ledgermem.store")
 _COSINE = "coalesce(nullif(1 - (embedding <=> ?::vector), 'NaN'), 0)"
 """Cosine similarity, 0 for a zero vector (pgvector says NaN), as SQLite's dot product."""
 
@@ -523,14 +525,20 @@ class PostgresStore(SQLStore):
     def settle(self) -> None:
         """``VACUUM (ANALYZE)`` of every table that holds users' rows, on a pool
         connection (outside a transaction, as PostgreSQL needs). It blocks no read or
-        write; without the tables' owner PostgreSQL skips them with a warning."""
+        write; without the tables' owner PostgreSQL skips them with a warning. A
+        failure is logged, not raised: the load before it has committed, and
+        autovacuum will do the same later."""
         if self._closed:
             raise StorageError("the store is closed")
         if self._local.conn is not None:
             return
-        with _translated("cannot vacuum"), self._pool.connection() as conn:
-            for table in VACUUM_TABLES:
-                conn.execute(pgsql.SQL("VACUUM (ANALYZE) {}").format(pgsql.Identifier(table)))
+        try:
+            with _translated("cannot settle"), self._pool.connection() as conn:
+                for table in VACUUM_TABLES:
+                    conn.execute(pgsql.SQL("VACUUM (ANALYZE) {}").format(
+                        pgsql.Identifier(table)))
+        except StorageError as exc:
+            log.warning("could not settle the store after a bulk load: %s", exc)
 
     def _vector_index(self, run: Run, dims: int) -> None:
         """HNSW indexes for vectors of ``dims`` dimensions; those of others go."""

@@ -6,12 +6,15 @@ autovacuum."""
 from __future__ import annotations
 
 import io
+import logging
 from pathlib import Path
 
 import psycopg
+import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ledgermem import Memory
+from ledgermem.store import postgres
 from ledgermem.store.postgres import PostgresStore
 from ledgermem.transfer import export_jsonl, import_jsonl
 from tests.support import FakeClock
@@ -63,3 +66,13 @@ def test_settling_twice_and_on_an_empty_store_is_harmless(pg_store: PostgresStor
     pg_store.settle()
     pg_store.settle()
     assert pg_store.user_ids() == []
+
+
+def test_a_settle_that_fails_is_logged_not_raised(pg_store: PostgresStore,
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """The load before it has committed: a failure to vacuum must not report it failed."""
+    monkeypatch.setattr(postgres, "VACUUM_TABLES", ("knowledge", "no_such_table"))
+    with caplog.at_level(logging.WARNING, logger="ledgermem.store"):
+        pg_store.settle()
+    assert "could not settle" in caplog.text and "no_such_table" in caplog.text
