@@ -657,6 +657,40 @@ def test_stored_html_is_shown_as_text(page: Page, site: Site) -> None:
     shot(page, "15-stored-html-as-text")
 
 
+def test_a_slow_answer_to_an_older_request_is_not_shown_over_a_newer_one(
+        page: Page, site: Site) -> None:
+    """The page's first listing (no filter) is held back until the filtered one has
+    been shown, then answered: the filtered listing stays, and so does the item
+    opened from it."""
+    from playwright.sync_api import Route, expect
+
+    held: list[Route] = []
+    released = False
+
+    def hold_unfiltered(route: Route) -> None:
+        if released or "entity=" in route.request.url:
+            route.continue_()
+        else:
+            held.append(route)
+
+    page.route("**/v1/memories?*", hold_unfiltered)
+    sign_in(page, site, site.alice)
+    open_page(page, "Knowledge")
+    page.get_by_label("Entity").fill("person:mallory")
+    page.get_by_label("Entity").press("Enter")
+    wait_summary(page, 1, 1)
+    page.locator("#kb-results tbody").get_by_role("button").first.click()
+    expect(page.locator("#item-detail .item-content")).to_have_text(XSS)
+    assert held
+    released = True
+    for route in held:
+        route.continue_()
+    page.wait_for_timeout(500)   # the held answers arrive, and must be dropped
+    wait_summary(page, 1, 1)
+    expect(page.locator("#kb-results tbody")).to_contain_text(XSS)
+    expect(page.locator("#item-detail .item-content")).to_have_text(XSS)
+
+
 def test_the_admin_key_picks_a_user(page: Page, site: Site) -> None:
     from playwright.sync_api import expect
 

@@ -20,6 +20,10 @@ const DEFAULTS = { q: "", category: "", context: "", entity: "", sensitive: "", 
 let state = { ...DEFAULTS };
 let selected = null; // the id whose panel is open
 let view = null; // the elements of the mounted page
+// The latest page load and item panel asked for: an answer to an older request (a slow
+// one overtaken by the user's next filter or click) is dropped, not shown over it.
+let loading = 0;
+let showing = 0;
 
 /** Forget every filter and the open item (a new user is being shown). */
 export function resetKnowledge() {
@@ -115,15 +119,18 @@ async function fetchPage() {
 async function load(ctx) {
   if (!view) return;
   const { results } = view;
+  const ticket = ++loading;
   results.setAttribute("aria-busy", "true");
   let page;
   try {
     page = await fetchPage();
   } catch (error) {
+    if (ticket !== loading) return;
     replace(results, errorBox(error));
     results.removeAttribute("aria-busy");
     return;
   }
+  if (ticket !== loading) return;
   const pages = Math.max(1, Math.ceil(page.total / state.limit));
   if (page.items.length === 0 && state.page > pages) {
     state.page = pages; // the last page emptied (items forgotten elsewhere): step back
@@ -189,6 +196,7 @@ async function showItem(id, ctx) {
   selected = id;
   if (!view) return;
   const { detail, results } = view;
+  const ticket = ++showing;
   for (const row of results.querySelectorAll("tr[data-id]")) {
     row.classList.toggle("selected", row.dataset.id === id);
   }
@@ -199,9 +207,10 @@ async function showItem(id, ctx) {
   try {
     [item, history] = await Promise.all([get(itemPath(id)), get(itemPath(id, "/history"))]);
   } catch (error) {
-    replace(detail, h("h2", {}, "Memory"), errorBox(error), closeButton());
+    if (ticket === showing) replace(detail, h("h2", {}, "Memory"), errorBox(error), closeButton());
     return;
   }
+  if (ticket !== showing) return;
   const lineage = h("div", { class: "lineage" });
   replace(detail,
     h("div", { class: "detail-head" }, h("h2", { id: "detail-title", tabindex: "-1" }, "Memory"),
