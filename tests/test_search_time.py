@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from itertools import product
 
 import pytest
 
 from ledgermem import Hit, InvalidInput, Item, Memory, SearchOptions, UserMemory
+from ledgermem.store import sqlite as sqlite_store
 from ledgermem.store.base import TurnQuery
 from tests.support import START, FakeClock
 
@@ -115,11 +117,12 @@ def test_hard_filter_on_conversations(alice: UserMemory, clock: FakeClock) -> No
 
 
 def test_a_window_finds_every_turn_inside_it_whatever_order_they_were_written(
-        mem: Memory, alice: UserMemory, clock: FakeClock) -> None:
+        mem: Memory, alice: UserMemory, clock: FakeClock,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """A time-bounded keyword search reads only the stretch of the index between the
-    window's first and last turn as stored (SQLite); turns written out of time order
-    sit inside and outside that stretch, and the answer is the unbounded search's rows
-    inside the window."""
+    window's first and last turn as stored (SQLite) when that pays (``_turn_span``);
+    turns written out of time order sit inside and outside that stretch, and the answer
+    is the unbounded search's rows inside the window."""
     days = [10, 1, 5, 2, 9, 3, 1, 7]
     written = {}
     for n, day in enumerate(days):
@@ -130,7 +133,13 @@ def test_a_window_finds_every_turn_inside_it_whatever_order_they_were_written(
     everything = mem.store.keyword_search_turns("alice", ["copper", "kettle"], "or",
                                                 TurnQuery(), 50)
     assert {doc for doc, _ in everything} == set(written)
-    for low, high in [(1, 2), (2, 3), (4, 8), (10, 10), (11, 12), (None, 2), (9, None)]:
+    windows = [(1, 2), (2, 3), (4, 8), (10, 10), (11, 12), (None, 2), (9, None)]
+    # Bounded whenever the store would; then only while the window holds at most two
+    # turns; then only when its earliest and latest turn are one.
+    spans = [(1.0, sqlite_store.SPAN_ROWS), (1.0, 2), (0.0, sqlite_store.SPAN_ROWS)]
+    for (span_share, span_rows), (low, high) in product(spans, windows):
+        monkeypatch.setattr(sqlite_store, "SPAN_SHARE", span_share)
+        monkeypatch.setattr(sqlite_store, "SPAN_ROWS", span_rows)
         query = TurnQuery(
             time_from=None if low is None else datetime(2026, 5, low, tzinfo=UTC).isoformat(),
             time_to=None if high is None else datetime(2026, 5, high, 23, 59,
@@ -140,7 +149,7 @@ def test_a_window_finds_every_turn_inside_it_whatever_order_they_were_written(
         for mode in ("or", "and"):
             found = mem.store.keyword_search_turns("alice", ["copper", "kettle"], mode,
                                                    query, 50)
-            assert {doc for doc, _ in found} == inside, (low, high, mode)
+            assert {doc for doc, _ in found} == inside, (low, high, mode, span_share, span_rows)
             assert [score for _, score in found] == sorted(
                 (score for doc, score in everything if doc in inside), reverse=True)
 

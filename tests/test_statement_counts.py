@@ -17,6 +17,7 @@ import pytest
 
 from ledgermem import Memory
 from ledgermem.retrieval.embedding import embed_query
+from ledgermem.store import sqlite as sqlite_store
 from ledgermem.store.sqlite import SQLiteStore
 from ledgermem.testing import HashEmbedder
 from tests.support import FakeClock, traced
@@ -159,23 +160,66 @@ def test_a_default_conversation_search_only_reads(tmp_path: Path, clock: FakeClo
                    for s in seen) == 1
 
 
+def _kettle_year(memory: Memory) -> None:
+    """36 turns of alice's, three a month of 2026, written in time order."""
+    memory.for_user("alice").add_turns(
+        [{"role": "user", "content": f"The green kettle {n} whistles",
+          "at": f"2026-{1 + n // 3:02d}-{1 + n % 3:02d}T09:00:00+00:00"} for n in range(36)],
+        session_id="s")
+
+
+def _window_statements(memory: Memory, query: str) -> tuple[list[str], list[str], list[str]]:
+    """A time-filtered search's statements: its probes of the window's earliest and
+    latest turn, its reads of the window's ``pk`` bounds, and its matches inside the
+    window."""
+    with statements(memory) as seen:
+        assert memory.for_user("alice").search_conversations(query, time_mode="filter")
+    return ([s for s in seen if s.startswith("SELECT (SELECT pk FROM conversations")],
+            [s for s in seen if s.startswith("SELECT min(pk), max(pk)")],
+            [s for s in seen if "conversations_fts MATCH" in s and "t.ts >=" in s])
+
+
 def test_a_time_naming_conversation_search_counts_its_words_once(
         tmp_path: Path, clock: FakeClock) -> None:
     """The words of a query that names a time are counted once, though the turns are
     searched for them twice (all of them; then, inside the window, all but the time
     words); the search inside the window reads only the window's stretch of the index."""
     with Memory.open(tmp_path / "w.db", embedder=None, clock=clock) as memory:
-        alice = memory.for_user("alice")
-        alice.add_turns([{"role": "user", "content": f"The green kettle {n} whistles",
-                          "at": f"2026-05-{1 + n % 28:02d}T09:00:00+00:00"}
-                         for n in range(30)], session_id="s")
-        alice.search_conversations("kettle")
+        _kettle_year(memory)
+        memory.for_user("alice").search_conversations("kettle")
         with statements(memory) as seen:
-            assert alice.search_conversations("green kettle whistles in May 2026")
+            assert memory.for_user("alice").search_conversations(
+                "green kettle whistles in May 2026")
         counted = [s for s in seen if "SELECT 1 FROM conversations_fts" in s]
         assert len(counted) == 1
-        windowed = [s for s in seen if "conversations_fts MATCH" in s and "t.ts >=" in s]
+        probes, bounds, windowed = _window_statements(memory,
+                                                      "green kettle whistles in May 2026")
         assert windowed and all("conversations_fts.rowid BETWEEN" in s for s in windowed)
+        # The stretch is found once per lookup inside the window (its ``and``, then its
+        # ``or``), not once per statement.
+        assert len(probes) == len(bounds) == 2
+
+
+def test_a_wide_window_is_searched_without_reading_all_its_turns(
+        tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exact bounds of a window's stretch take a read of every turn in it, so a
+    window whose earliest and latest turns lie more than ``SPAN_SHARE`` of the table
+    apart is not bounded and not read (a year of 100,000 turns cost 35 ms to read
+    twice), nor one holding more than ``SPAN_ROWS`` turns (the read stops there): the
+    search inside it filters by time alone. A narrow one reads only its stretch."""
+    monkeypatch.setattr(sqlite_store, "SPAN_ROWS", 5)
+    with Memory.open(tmp_path / "w.db", embedder=None, clock=clock) as memory:
+        _kettle_year(memory)
+        for query, read, bounded in (
+                ("green kettle whistles in 2026", False, False),  # the whole table
+                ("green kettle whistles in May and June 2026", True, False),  # 6 turns
+                ("green kettle whistles in May 2026", True, True),
+                ("green kettle whistles on May 3, 2026", True, True)):
+            probes, bounds, windowed = _window_statements(memory, query)
+            assert probes, query
+            assert bool(bounds) == read and all(s.endswith("LIMIT 6)") for s in bounds), query
+            assert windowed and all(("conversations_fts.rowid BETWEEN" in s) == bounded
+                                    for s in windowed), query
 
 
 def _many(memory: Memory, count: int, *, dedup: bool, start: int = 0) -> list[str]:
