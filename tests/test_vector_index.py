@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pytest
 from threadpoolctl import threadpool_info
 
 from ledgermem.store.vector_index import UserVectors
@@ -79,6 +80,49 @@ def test_the_two_stage_ranking_finds_the_exact_top_k() -> None:
         assert shortlisted[20_005] == -np.inf
         checked += 1
     assert checked == 30
+
+
+def test_turns_ranked_in_two_stages_keep_their_neighbours_lift() -> None:
+    """Turns are scored with their neighbours (cosine + 0.5 × the best neighbour's). In
+    two stages the shortlist's best rows have their neighbours scored exactly too, so
+    the top 10 is the exact scan's, scores included, and a row whose own vector is far
+    from the query but whose neighbour is the query's nearest still ranks by that."""
+    rng = np.random.default_rng(7)
+    dims = 384
+    centres = _unit(rng.standard_normal((40, dims)))
+    clustered = _unit(centres[rng.integers(0, 40, 6_000)]
+                      + 0.04 * rng.standard_normal((6_000, dims)))
+    corpus = np.concatenate([_unit(rng.standard_normal((20_000, dims))), clustered])
+    count = len(corpus)
+    block = UserVectors(dims)
+    block.upsert([f"id{i}" for i in range(count)], [v.tobytes() for v in corpus],
+                 list(range(1, count + 1)))
+    # Sessions of ten rows in file order: up to two neighbours on each side.
+    neighbours = np.full((count, 4), -1, dtype=np.intp)
+    for row in range(count):
+        around = [r for r in range(row - 2, row + 3)
+                  if r != row and r // 10 == row // 10]
+        neighbours[row, : len(around)] = around
+    block.neighbours = neighbours
+    for n in range(30):
+        query = _unit(centres[n % 40][None, :] + 0.03 * rng.standard_normal((1, dims)))[0]
+        shortlisted = block.shortlist(query, smoothing=0.5)
+        assert shortlisted is not None
+        exact = block.scores(query, 0.5)
+        top = block.best(exact, 0, 10)
+        assert list(block.best(shortlisted, 0, 10)) == list(top)
+        np.testing.assert_allclose(shortlisted[top], exact[top], rtol=1e-5)
+    # A row beside the query's nearest row ranks through it, though the sign bits
+    # alone do not shortlist it.
+    query = corpus[103]
+    beside = 101  # same session (100–109), its own cosine near 0
+    assert abs(float(corpus[beside] @ query)) < 0.2
+    alone = block.shortlist(query)
+    assert alone is not None and alone[beside] == -np.inf
+    shortlisted = block.shortlist(query, smoothing=0.5)
+    exact = block.scores(query, 0.5)
+    assert shortlisted is not None and shortlisted[beside] == pytest.approx(exact[beside])
+    assert beside in set(block.best(shortlisted, 0, 5))
 
 
 def test_a_small_block_is_ranked_exactly() -> None:

@@ -778,7 +778,7 @@ class SQLiteStore(SQLStore):
         with self._indexes[table].lock:
             if smoothing:
                 self._turn_neighbours(user_id, block)
-            scores = None if smoothing else block.shortlist(query)
+            scores = block.shortlist(query, smoothing=smoothing)
             exact = scores is None
             if scores is None:
                 scores = block.scores(query, smoothing)

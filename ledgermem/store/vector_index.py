@@ -31,6 +31,9 @@ APPROXIMATE_ROWS = 20_000
 smaller ones exactly, which costs under 3 ms there."""
 SHORTLIST = 2_000
 """Rows the sign-bit stage passes on to exact scoring."""
+LEAD_ROWS = 500
+"""Of a shortlist ranked with neighbours (turns), the best rows whose neighbours are
+scored exactly too (``UserVectors.shortlist``)."""
 
 _blas_lock = threading.Lock()
 """Held while BLAS is limited: the limit is process-wide, so two overlapping limits
@@ -170,21 +173,45 @@ class UserVectors:
         with _one_blas_thread():
             scores = np.asarray(self.matrix[: self.count] @ query)
         scores[~self.alive[: self.count]] = -np.inf
-        if smoothing and self.neighbours is not None and len(self.neighbours) == self.count:
-            padded = np.append(scores, np.float32(-np.inf))
-            best = padded[self.neighbours].max(axis=1) if self.neighbours.size else padded[:-1]
-            scores = scores + smoothing * np.where(np.isfinite(best), best, 0).astype(np.float32)
+        return self._smoothed(scores, smoothing)
+
+    def _smoothed(self, scores: npt.NDArray[np.float32], smoothing: float,
+                  rows: npt.NDArray[np.intp] | None = None) -> npt.NDArray[np.float32]:
+        """``scores`` with ``smoothing`` × each row's best neighbour's score added (for
+        ``rows`` only, when given: the others are -inf); unchanged without neighbours.
+
+        One gather per neighbour slot, each a contiguous array: the best of a
+        (rows × slots) gather, reduced along its short axis, cost 6 ms at 100,000 rows
+        against 0.8."""
+        if not smoothing or self.neighbours is None or len(self.neighbours) != self.count:
+            return scores
+        if not self.neighbours.size:
+            return scores + (smoothing * np.where(np.isfinite(scores), scores, 0)).astype(
+                np.float32)
+        padded = np.append(scores, np.float32(-np.inf))  # position -1: no neighbour
+        slots = self.neighbours.T if rows is None else self.neighbours[rows].T
+        best = padded[slots[0]]
+        for slot in slots[1:]:
+            np.maximum(best, padded[slot], out=best)
+        lift = smoothing * np.where(np.isfinite(best), best, 0).astype(np.float32)
+        if rows is None:
+            return scores + lift
+        scores[rows] += lift
         return scores
 
-    def shortlist(self, query: Vector, size: int = SHORTLIST
+    def shortlist(self, query: Vector, size: int = SHORTLIST, smoothing: float = 0.0
                   ) -> npt.NDArray[np.float32] | None:
         """Scores for a large block in two stages, or None for a small one.
 
         The first stage compares sign bits (one bit per dimension, Hamming distance
         by ``np.bitwise_count``: 48 bytes a row instead of 1,536); the ``size`` rows
-        nearest by it are scored exactly, every other row gets -inf. The caller falls
-        back to ``scores`` when filters leave too few of these. Callers hold the index's
-        lock (the block keeps scratch arrays between searches).
+        nearest by it are scored exactly, every other row gets -inf. With
+        ``smoothing`` (as ``scores``), the neighbours of the best ``LEAD_ROWS`` of them
+        are scored exactly too, as a row can rank by a neighbour's cosine as well as
+        its own, and each row scored is smoothed over its neighbours among those
+        scored. The caller falls back to ``scores`` when filters leave too few of these.
+        Callers hold the index's lock (the block keeps scratch arrays between
+        searches).
         """
         if self.count < APPROXIMATE_ROWS or size >= self.count:
             return None
@@ -204,11 +231,22 @@ class UserVectors:
             np.add(distance, word, out=distance)  # six words' axis is several times slower)
         distance[~self.alive[:count]] = np.iinfo(np.uint64).max
         rows = np.sort(np.argpartition(distance, size)[:size])  # in file order: fewer pages
-        scores = np.full(self.count, -np.inf, dtype=np.float32)
+        scores = np.full(count, -np.inf, dtype=np.float32)
         with _one_blas_thread():
             scores[rows] = self.matrix[rows] @ query
-        scores[~self.alive[: self.count]] = -np.inf
-        return scores
+        scores[~self.alive[:count]] = -np.inf
+        if not smoothing or self.neighbours is None or len(self.neighbours) != count:
+            return scores
+        # The neighbours of the best ``LEAD_ROWS`` rows are scored exactly too.
+        lead = rows[np.argpartition(-scores[rows], min(LEAD_ROWS, len(rows)) - 1)[:LEAD_ROWS]]
+        picked = np.zeros(count + 1, dtype=bool)  # the last: position -1, no neighbour
+        picked[self.neighbours[lead]] = True
+        picked[rows] = False
+        more = np.flatnonzero(picked[:count])
+        with _one_blas_thread():
+            scores[more] = self.matrix[more] @ query
+        scores[more[~self.alive[more]]] = -np.inf
+        return self._smoothed(scores, smoothing, np.concatenate([rows, more]))
 
     @staticmethod
     def best(scores: npt.NDArray[np.float32], start: int, stop: int) -> npt.NDArray[np.intp]:
