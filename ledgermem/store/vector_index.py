@@ -73,6 +73,7 @@ class UserVectors:
         self.cursor = 0
         self.file_rows = 0
         self.neighbours: npt.NDArray[np.intp] | None = None
+        """Turns' neighbours in their sessions (``SQLiteStore._turn_neighbours``)."""
         self.neighbours_key: tuple[int, int] = (-1, -1)
         self._bits: npt.NDArray[np.uint64] | None = None
         """Sign bits, one row of 64-bit words per word of a vector (words × rows): a
@@ -156,6 +157,7 @@ class UserVectors:
             return False
         self.alive[: self.count] &= np.isin(self.seqs[: self.count], stored)
         self.ghosts = self.ghosts[np.isin(self.ghosts, stored)]
+        self.neighbours = None  # rows may have gone: their sessions' neighbours change
         return True
 
     def forget(self, row_id: str) -> None:
@@ -163,6 +165,7 @@ class UserVectors:
         at = self.position.get(row_id)
         if at is not None:
             self.alive[at] = False
+            self.neighbours = None  # a session lost a turn: its neighbours change
 
     def scores(self, query: Vector, smoothing: float = 0.0) -> npt.NDArray[np.float32]:
         """Cosine of every row (-inf for dead rows).
