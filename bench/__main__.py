@@ -9,9 +9,10 @@
 Then crash safety (``bench.crash``: writers killed with SIGKILL, on SQLite and on
 PostgreSQL, the given one or a private one), load (``bench.load``: threads in several
 processes on one store, on both), where a default search's time goes
-(``bench.latency``: LoCoMo, per phase, and passages/s) and writes (``bench.writes``:
+(``bench.latency``: LoCoMo, per phase, and passages/s), writes (``bench.writes``:
 ``remember``, ``remember_many`` and bulk ``add_turns`` per second, empty and at 20,000
-items).
+items) and conversation search (``bench.conversations``: 100,000 turns of one user, by
+the time a question names).
 
 Searches use the options a user gets by default (recall bookkeeping on); scale also
 times each query with touch=False, interleaved, to show what the bookkeeping costs.
@@ -127,6 +128,8 @@ def main() -> int:
     # on PostgreSQL: run python -m bench.writes alone for it).
     results["writes"] = reliability("writes", "--full", "5000" if args.quick else "20000",
                                     *pg)
+    results["conversations"] = reliability(
+        "conversations", "--turns", "10000" if args.quick else "100000", *pg)
     if args.locomo.exists():
         results["latency"] = reliability("latency", "--locomo", str(args.locomo),
                                          *(["--samples", "1"] if args.quick else []))
@@ -135,11 +138,11 @@ def main() -> int:
     target = out / f"bench-{datetime.now(UTC):%Y%m%d-%H%M%S}.json"
     target.write_text(json.dumps(results, indent=2))
     show({k: v for k, v in results.items() if isinstance(v, dict)
-          and k not in ("machine", "crash", "load", "latency", "writes")})
-    from . import crash, latency, load, writes
+          and k not in ("machine", "crash", "load", "latency", "writes", "conversations")})
+    from . import conversations, crash, latency, load, writes
 
     for name, module in (("crash", crash), ("load", load), ("latency", latency),
-                         ("writes", writes)):
+                         ("writes", writes), ("conversations", conversations)):
         if name in results:
             module.show(results[name])
     print(f"\nresults written to {target}")

@@ -5,8 +5,9 @@
     python -m bench.conversations --backend sqlite --turns 20000 --json
     python -m bench.conversations --postgres URL        # that database, not a private one
 
-The turns are written with ``add_turns`` (2,000 a call, one session a call), evenly
-over the three years before now and in time order, as a user's conversations grow.
+The turns are written with ``add_turns``, one session of ``SESSION`` turns a call,
+evenly over the three years before now and in time order, as a user's conversations
+grow.
 Texts are the scale benchmark's synthetic sentences (a Zipf vocabulary); each turn gets
 a random unit vector (no model runs for 100,000 turns), so the vector search reads
 what a real store holds. The store is then settled as an import leaves it
@@ -48,7 +49,7 @@ from .stores import Backend, Stores, stores_for
 __all__ = ["KINDS", "measure_conversations"]
 
 USER = "talker"
-CHUNK = 2_000
+SESSION = 100
 YEARS = 3
 
 KINDS: dict[str, Callable[[datetime], str]] = {
@@ -70,12 +71,12 @@ def _fill(memory: Memory, corpus: Corpus, rng: np.random.Generator, count: int,
     step = (now - timedelta(hours=1) - start) / count
     task = bar.add_task(f"fill {count:,} turns", total=count)
     turns: list[Turn] = []
-    for first in range(0, count, CHUNK):
-        texts = corpus.sentences(rng, min(CHUNK, count - first))
+    for first in range(0, count, SESSION):
+        texts = corpus.sentences(rng, min(SESSION, count - first))
         written = user.add_turns(
             [{"role": "user" if n % 2 == 0 else "assistant", "content": text,
               "at": start + step * (first + n)} for n, text in enumerate(texts)],
-            session_id=f"{USER}:{first // CHUNK}")
+            session_id=f"{USER}:{first // SESSION}")
         vectors = normalise(rng.standard_normal((len(written), embedder.dimensions),
                                                 dtype=np.float32))
         memory.store.set_embeddings("conversations", [
