@@ -27,6 +27,7 @@ from ledgermem import (
 from ledgermem.retrieval.embedding import reembed
 from ledgermem.retrieval.hybrid import SearchOptions
 from ledgermem.retrieval.keyword import query_terms
+from ledgermem.store.base import TurnQuery
 from ledgermem.store.pg_migrations import (
     ITEM_TSVECTOR,
     PG_MIGRATIONS,
@@ -558,6 +559,49 @@ def test_hnsw_search_with_filters_matches_exact_search(pg_memory: Memory, pg_url
         i for i, s in exact if s > last + 1e-6}
     notes = {i.id for i in pg_memory.for_user("alice").by_category("note")}
     assert {i for i, _ in exact} <= notes
+
+
+def test_hnsw_search_of_turns_scores_the_nearest_with_their_neighbours(
+        pg_memory: Memory) -> None:
+    """Past ``exact_search_limit`` turns, the nearest turns (HNSW) are scored with their
+    neighbours read by the session index, not every turn of their sessions: the same
+    rows and scores as the exact ranking when the nearest turns are all of them, and
+    the same best turns in a long session of which only some are the nearest."""
+    store = pg_memory.store
+    assert isinstance(store, PostgresStore)
+    alice = pg_memory.for_user("alice")
+    for session in ("a", "b", "c"):
+        alice.add_turns([{"role": "user", "content": f"{session} kettle topic{n % 5} step{n}"}
+                         for n in range(15)], session_id=session)
+    pg_memory.flush()
+    query = HashEmbedder().embed_query("kettle topic3 step7")
+    for filters in (TurnQuery(), TurnQuery(session_id="b"), TurnQuery(role="user")):
+        exact = store.vector_search_turns("alice", query, filters, 10)
+        store.exact_search_limit = 0
+        try:
+            approximate = store.vector_search_turns("alice", query, filters, 10)
+        finally:
+            store.exact_search_limit = PostgresStore.exact_search_limit
+        assert len(exact) == 10
+        assert np.allclose([s for _, s in approximate], [s for _, s in exact], atol=1e-6)
+        last = exact[-1][1]
+        assert {i for i, s in approximate if s > last + 1e-6} == {
+            i for i, s in exact if s > last + 1e-6}
+    # One long session, 64 nearest turns (limit 5): the best turns and their scores
+    # are the exact ranking's.
+    alice.add_turns([{"role": "user", "content": f"long filler words number {n}"}
+                     for n in range(300)], session_id="long")
+    alice.add_turns([{"role": "user", "content": "kettle topic3 step7 again"}],
+                    session_id="long")
+    pg_memory.flush()
+    exact = store.vector_search_turns("alice", query, TurnQuery(), 5)
+    store.exact_search_limit = 0
+    try:
+        approximate = store.vector_search_turns("alice", query, TurnQuery(), 5)
+    finally:
+        store.exact_search_limit = PostgresStore.exact_search_limit
+    assert [i for i, _ in approximate] == [i for i, _ in exact]
+    assert np.allclose([s for _, s in approximate], [s for _, s in exact], atol=1e-6)
 
 
 def test_vectors_of_another_model_are_refused_then_reembedded(pg_memory: Memory,
