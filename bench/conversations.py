@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import sqlite3
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -44,7 +42,7 @@ from ledgermem.providers.embedders import Embedder, embedder_from_name, normalis
 from ledgermem.retrieval.embedding import QUERIES
 from ledgermem.types import Turn
 
-from .stores import Backend, Stores, stores_for
+from .stores import Stores, add_backend_options, each_backend, report_start
 
 __all__ = ["KINDS", "measure_conversations"]
 
@@ -153,8 +151,7 @@ def show(report: dict[str, Any]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backend", choices=("sqlite", "postgres", "both"), default="both")
-    parser.add_argument("--postgres", default=None, help="a PostgreSQL database URL")
+    add_backend_options(parser)
     parser.add_argument("--turns", type=int, default=100_000,
                         help="turns in the store (default 100,000)")
     parser.add_argument("--queries", type=int, default=100,
@@ -167,22 +164,11 @@ def main() -> int:
     from ledgermem.providers.embedders import DEFAULT_EMBEDDER
 
     name = DEFAULT_EMBEDDER if args.embedder == "default" else args.embedder
-    backends: list[Backend] = (["sqlite", "postgres"] if args.backend == "both"
-                               else [args.backend])
-    console = Console(stderr=True)
-    report: dict[str, Any] = {
-        "benchmark": "conversations", "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                    "sqlite": sqlite3.sqlite_version},
-        "runs": []}
-    for backend in backends:
-        with stores_for(backend, args.postgres, "ledgermem-conversations-") as stores:
-            if stores is None:
-                console.print("skipping PostgreSQL: none could be started")
-                continue
-            report["runs"].append(measure_conversations(
-                stores, turns=args.turns, queries=args.queries, embedder_name=name,
-                quiet=args.json))
+    report = report_start("conversations")
+    report["runs"] = each_backend(
+        args, "ledgermem-conversations-", lambda stores: measure_conversations(
+            stores, turns=args.turns, queries=args.queries, embedder_name=name,
+            quiet=args.json))
     if args.json:
         print(json.dumps(report))
     else:

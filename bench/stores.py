@@ -9,19 +9,23 @@ a database owned by a role that is no superuser, so row-level security is live.
 
 from __future__ import annotations
 
+import argparse
+import platform
 import shutil
 import sqlite3
 import tempfile
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote, urlsplit, urlunsplit
 
-__all__ = ["Backend", "Stores", "integrity_problems", "is_postgres", "private_postgres",
-           "stores_for", "with_search_path"]
+__all__ = ["Backend", "Stores", "add_backend_options", "each_backend", "integrity_problems",
+           "is_postgres", "private_postgres", "report_start", "stores_for",
+           "with_search_path"]
 
 Backend = Literal["sqlite", "postgres"]
 
@@ -213,3 +217,34 @@ def _all_vectors(store: Any, table: str) -> list[Any]:
         found += rows
         last = rows[-1][0]
     return found
+
+
+def add_backend_options(parser: argparse.ArgumentParser) -> None:
+    """``--backend`` (sqlite, postgres or both) and ``--postgres URL``."""
+    parser.add_argument("--backend", choices=("sqlite", "postgres", "both"), default="both")
+    parser.add_argument("--postgres", default=None, help="a PostgreSQL database URL")
+
+
+def report_start(benchmark: str, **settings: Any) -> dict[str, Any]:
+    """A report's head: the benchmark, when, on what, its ``settings``; no runs yet."""
+    return {"benchmark": benchmark, "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "machine": {"platform": platform.platform(),
+                        "python": platform.python_version(),
+                        "sqlite": sqlite3.sqlite_version},
+            **settings, "runs": []}
+
+
+def each_backend(args: argparse.Namespace, prefix: str,
+                 measure: Callable[[Stores], dict[str, Any]]) -> list[dict[str, Any]]:
+    """``measure`` run in new stores of each backend ``add_backend_options`` chose; a
+    PostgreSQL that cannot be started is skipped with a message."""
+    from rich.console import Console
+
+    runs = []
+    for backend in ("sqlite", "postgres") if args.backend == "both" else (args.backend,):
+        with stores_for(backend, args.postgres, prefix) as stores:
+            if stores is None:
+                Console(stderr=True).print("skipping PostgreSQL: none could be started")
+                continue
+            runs.append(measure(stores))
+    return runs

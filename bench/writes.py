@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import sqlite3
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -45,7 +43,7 @@ from ledgermem.memory import open_store
 from ledgermem.providers.embedders import Embedder, embedder_from_name, normalise
 from ledgermem.types import START_CONFIDENCE, Item, Scope
 
-from .stores import Backend, Stores, stores_for
+from .stores import Stores, add_backend_options, each_backend, report_start
 
 __all__ = ["measure_writes"]
 
@@ -193,8 +191,7 @@ def show(report: dict[str, Any]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backend", choices=("sqlite", "postgres", "both"), default="both")
-    parser.add_argument("--postgres", default=None, help="a PostgreSQL database URL")
+    add_backend_options(parser)
     parser.add_argument("--full", type=int, default=100_000,
                         help="items in the full store (default 100,000)")
     parser.add_argument("--calls", type=int, default=300, help="remember calls timed")
@@ -212,24 +209,12 @@ def main() -> int:
     from ledgermem.providers.embedders import DEFAULT_EMBEDDER
 
     name = DEFAULT_EMBEDDER if args.embedder == "default" else args.embedder
-    backends: list[Backend] = (["sqlite", "postgres"] if args.backend == "both"
-                               else [args.backend])
-    console = Console(stderr=True)
-    report: dict[str, Any] = {
-        "benchmark": "writes", "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                    "sqlite": sqlite3.sqlite_version},
-        "calls": args.calls, "batch_items": args.batch_items, "batch": args.batch,
-        "runs": []}
-    for backend in backends:
-        with stores_for(backend, args.postgres, "ledgermem-writes-") as stores:
-            if stores is None:
-                console.print("skipping PostgreSQL: none could be started")
-                continue
-            report["runs"].append(measure_writes(
-                stores, full=args.full, calls=args.calls, batch_items=args.batch_items,
-                batch=args.batch, embedder_name=name, embed_sample=args.embed_sample,
-                quiet=args.json, settle=not args.unsettled))
+    report = report_start("writes", calls=args.calls, batch_items=args.batch_items,
+                          batch=args.batch)
+    report["runs"] = each_backend(args, "ledgermem-writes-", lambda stores: measure_writes(
+        stores, full=args.full, calls=args.calls, batch_items=args.batch_items,
+        batch=args.batch, embedder_name=name, embed_sample=args.embed_sample,
+        quiet=args.json, settle=not args.unsettled))
     if args.json:
         print(json.dumps(report))
     else:

@@ -55,11 +55,10 @@ def _unit(rows: np.ndarray) -> np.ndarray:
     return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
 
 
-def test_the_two_stage_ranking_finds_the_exact_top_k() -> None:
-    """Sign bits shortlist, exact rescoring: the same top 10 as the exact scan, on a
-    corpus of random rows plus clusters (queries near a cluster, as real ones are)."""
-    rng = np.random.default_rng(42)
-    dims = 384
+def _clustered(rng: np.random.Generator, dims: int
+               ) -> tuple[np.ndarray, np.ndarray, UserVectors]:
+    """40 centres, and a block of 20,000 random rows then 6,000 rows near the centres
+    (queries near a cluster, as real ones are)."""
     centres = _unit(rng.standard_normal((40, dims)))
     clustered = _unit(centres[rng.integers(0, 40, 6_000)]
                       + 0.04 * rng.standard_normal((6_000, dims)))
@@ -67,6 +66,15 @@ def test_the_two_stage_ranking_finds_the_exact_top_k() -> None:
     block = UserVectors(dims)
     block.upsert([f"id{i}" for i in range(len(corpus))], [v.tobytes() for v in corpus],
                  list(range(1, len(corpus) + 1)))
+    return centres, corpus, block
+
+
+def test_the_two_stage_ranking_finds_the_exact_top_k() -> None:
+    """Sign bits shortlist, exact rescoring: the same top 10 as the exact scan, on a
+    corpus of random rows plus clusters (queries near a cluster, as real ones are)."""
+    rng = np.random.default_rng(42)
+    dims = 384
+    centres, _, block = _clustered(rng, dims)
     block.alive[20_005] = False
     checked = 0
     for n in range(30):
@@ -89,14 +97,8 @@ def test_turns_ranked_in_two_stages_keep_their_neighbours_lift() -> None:
     from the query but whose neighbour is the query's nearest still ranks by that."""
     rng = np.random.default_rng(7)
     dims = 384
-    centres = _unit(rng.standard_normal((40, dims)))
-    clustered = _unit(centres[rng.integers(0, 40, 6_000)]
-                      + 0.04 * rng.standard_normal((6_000, dims)))
-    corpus = np.concatenate([_unit(rng.standard_normal((20_000, dims))), clustered])
+    centres, corpus, block = _clustered(rng, dims)
     count = len(corpus)
-    block = UserVectors(dims)
-    block.upsert([f"id{i}" for i in range(count)], [v.tobytes() for v in corpus],
-                 list(range(1, count + 1)))
     # Sessions of ten rows in file order: up to two neighbours on each side.
     neighbours = np.full((count, 4), -1, dtype=np.intp)
     for row in range(count):

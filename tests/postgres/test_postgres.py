@@ -8,6 +8,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -531,6 +532,26 @@ def test_a_dead_worker_releases_its_claim(pg_store: PostgresStore, pg_url: str) 
 
 
 # vectors ----------------------------------------------------------------------------
+def _exact_and_approximate(store: PostgresStore,
+                           search: Callable[[], list[tuple[str, float]]]
+                           ) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+    """``search`` ranked exactly, then by HNSW (``exact_search_limit`` 0): the same
+    scores, and the same rows above the last score (rows tied on a score may come in
+    another order)."""
+    exact = search()
+    store.exact_search_limit = 0
+    try:
+        approximate = search()
+    finally:
+        store.exact_search_limit = PostgresStore.exact_search_limit
+    assert len(exact) > 0 and len(approximate) == len(exact)
+    assert np.allclose([s for _, s in approximate], [s for _, s in exact], atol=1e-6)
+    last = exact[-1][1]
+    assert {i for i, s in approximate if s > last + 1e-6} == {
+        i for i, s in exact if s > last + 1e-6}
+    return exact, approximate
+
+
 def test_hnsw_search_with_filters_matches_exact_search(pg_memory: Memory, pg_url: str
                                                       ) -> None:
     store = pg_memory.store
@@ -545,18 +566,9 @@ def test_hnsw_search_with_filters_matches_exact_search(pg_memory: Memory, pg_url
     assert {"knowledge_hnsw_64", "conversations_hnsw_64"} <= indexes
     query = HashEmbedder().embed_query("topic3 detail10")
     filters = ItemQuery(category="note")
-    exact = store.vector_search_items("alice", query, filters, 10)
-    store.exact_search_limit = 0
-    try:
-        approximate = store.vector_search_items("alice", query, filters, 10)
-    finally:
-        store.exact_search_limit = PostgresStore.exact_search_limit
-    # The same scores; rows tied on a score may come in another order.
+    exact, _ = _exact_and_approximate(
+        store, lambda: store.vector_search_items("alice", query, filters, 10))
     assert len(exact) == 10
-    assert np.allclose([s for _, s in approximate], [s for _, s in exact], atol=1e-6)
-    last = exact[-1][1]
-    assert {i for i, s in approximate if s > last + 1e-6} == {
-        i for i, s in exact if s > last + 1e-6}
     notes = {i.id for i in pg_memory.for_user("alice").by_category("note")}
     assert {i for i, _ in exact} <= notes
 
@@ -576,17 +588,9 @@ def test_hnsw_search_of_turns_scores_the_nearest_with_their_neighbours(
     pg_memory.flush()
     query = HashEmbedder().embed_query("kettle topic3 step7")
     for filters in (TurnQuery(), TurnQuery(session_id="b"), TurnQuery(role="user")):
-        exact = store.vector_search_turns("alice", query, filters, 10)
-        store.exact_search_limit = 0
-        try:
-            approximate = store.vector_search_turns("alice", query, filters, 10)
-        finally:
-            store.exact_search_limit = PostgresStore.exact_search_limit
+        exact, _ = _exact_and_approximate(
+            store, lambda f=filters: store.vector_search_turns("alice", query, f, 10))
         assert len(exact) == 10
-        assert np.allclose([s for _, s in approximate], [s for _, s in exact], atol=1e-6)
-        last = exact[-1][1]
-        assert {i for i, s in approximate if s > last + 1e-6} == {
-            i for i, s in exact if s > last + 1e-6}
     # One long session, 64 nearest turns (limit 5): the best turns and their scores
     # are the exact ranking's.
     alice.add_turns([{"role": "user", "content": f"long filler words number {n}"}
@@ -594,14 +598,9 @@ def test_hnsw_search_of_turns_scores_the_nearest_with_their_neighbours(
     alice.add_turns([{"role": "user", "content": "kettle topic3 step7 again"}],
                     session_id="long")
     pg_memory.flush()
-    exact = store.vector_search_turns("alice", query, TurnQuery(), 5)
-    store.exact_search_limit = 0
-    try:
-        approximate = store.vector_search_turns("alice", query, TurnQuery(), 5)
-    finally:
-        store.exact_search_limit = PostgresStore.exact_search_limit
+    exact, approximate = _exact_and_approximate(
+        store, lambda: store.vector_search_turns("alice", query, TurnQuery(), 5))
     assert [i for i, _ in approximate] == [i for i, _ in exact]
-    assert np.allclose([s for _, s in approximate], [s for _, s in exact], atol=1e-6)
 
 
 def test_vectors_of_another_model_are_refused_then_reembedded(pg_memory: Memory,
