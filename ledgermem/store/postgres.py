@@ -895,12 +895,13 @@ class PostgresStore(SQLStore):
         the user's vectors are few; else ``_turns_near``."""
         q = np.asarray(vector, dtype=np.float32)
         dims = int(q.shape[0])
-        where, params = turn_where_sql(user_id, query, prefix="c.")
-        around = ", ".join(f"{f}(cos, {k}) OVER w" for f in ("lag", "lead")
-                           for k in range(1, CONTEXT_TURNS + 1))
+        nearest = max(limit * 4, 64)
         with self._writing() as run:
-            if self._approximate(run, "conversations", user_id, max(limit * 4, 64)):
-                return self._turns_near(run, user_id, q, query, limit)
+            if self._approximate(run, "conversations", user_id, nearest):
+                return self._turns_near(run, user_id, q, query, nearest, limit)
+            where, params = turn_where_sql(user_id, query, prefix="c.")
+            around = ", ".join(f"{f}(cos, {k}) OVER w" for f in ("lag", "lead")
+                               for k in range(1, CONTEXT_TURNS + 1))
             # The filters' columns ride along instead of a join back to the table: under
             # a generic plan with stale statistics PostgreSQL chose a nested loop that
             # recomputed the window per row (seconds instead of milliseconds).
@@ -915,12 +916,11 @@ class PostgresStore(SQLStore):
                 [q, user_id, NEIGHBOUR_SMOOTHING, *params, limit])
         return [(r[0], float(r[1])) for r in rows]
 
-    def _turns_near(self, run: Run, user_id: str, q: Vector, query: TurnQuery, limit: int
-                    ) -> list[tuple[str, float]]:
-        """The approximate ranking of ``vector_search_turns``: the HNSW index's nearest
-        turns that pass the filters (``max(4 × limit, 64)`` of them), each scored with
-        its ``CONTEXT_TURNS`` neighbours on each side, read by the session index; and
-        those neighbours, each scored with the nearest turns beside it, as a turn can
+    def _turns_near(self, run: Run, user_id: str, q: Vector, query: TurnQuery, nearest: int,
+                    limit: int) -> list[tuple[str, float]]:
+        """The approximate ranking of ``vector_search_turns``: the HNSW index's
+        ``nearest`` turns that pass the filters, each scored with its ``CONTEXT_TURNS``
+        neighbours on each side, read by the session index; and those neighbours, each scored with the nearest turns beside it, as a turn can
         rank by its neighbour's cosine as well as its own.
 
         Scoring every turn of the nearest turns' sessions instead read tens of
@@ -949,7 +949,7 @@ class PostgresStore(SQLStore):
             "IN (SELECT pk FROM hits) GROUP BY a.pk) "
             f"SELECT c.id, s.score FROM scored AS s JOIN conversations AS c ON c.pk = s.pk "
             f"WHERE s.score IS NOT NULL AND {where} ORDER BY s.score DESC, c.pk LIMIT ?",
-            [q, *params, q, max(limit * 4, 64), q, user_id, q, user_id,
+            [q, *params, q, nearest, q, user_id, q, user_id,
              NEIGHBOUR_SMOOTHING, NEIGHBOUR_SMOOTHING, *where_params, limit])
         return [(r[0], float(r[1])) for r in rows]
 
