@@ -920,8 +920,9 @@ class PostgresStore(SQLStore):
                     limit: int) -> list[tuple[str, float]]:
         """The approximate ranking of ``vector_search_turns``: the HNSW index's
         ``nearest`` turns that pass the filters, each scored with its ``CONTEXT_TURNS``
-        neighbours on each side, read by the session index; and those neighbours, each scored with the nearest turns beside it, as a turn can
-        rank by its neighbour's cosine as well as its own.
+        neighbours on each side, read by the session index; and those neighbours, each
+        scored with the nearest turns beside it, as a turn can rank by its neighbour's
+        cosine as well as its own.
 
         Scoring every turn of the nearest turns' sessions instead read tens of
         thousands of rows when sessions are long (a session holds a channel's whole
