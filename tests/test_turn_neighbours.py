@@ -1,6 +1,7 @@
 """SQLite: each turn's neighbours in its session, which its vector score is smoothed
 over, kept current as turns arrive: after a turn is added only its session is read
-again, and the neighbours equal those of a rebuild from scratch."""
+again, and the neighbours equal those of a rebuild from scratch. Rows forgotten or
+pruned stop scoring, and stop lifting their neighbours, once the change commits."""
 
 from __future__ import annotations
 
@@ -95,8 +96,41 @@ def test_a_block_that_lost_a_turn_reads_every_session_again(memory: Memory) -> N
     _say(alice, "s2", [5, 15])
     _search(memory)
     block = _block(memory)
-    block.forget(turns[2])  # as a forget does once it commits
+    block.forget([turns[2]])  # as a forget does once it commits
     assert block.neighbours is None
     seen = _search(memory)
     assert any("ORDER BY session_id" in sql and "IN (" not in sql for sql in seen)
     assert _by_id(_block(memory)) == _rebuilt(memory)
+
+
+def test_pruned_turns_stop_scoring_and_lifting_their_neighbours(memory: Memory) -> None:
+    alice = memory.for_user("alice")
+    later = 60 * 24 * 60  # 60 days after DAY, within prune's 90 days of the clock
+    old = _say(alice, "s1", [0, 10])
+    recent = _say(alice, "s1", [later, later + 10])
+    _search(memory)
+    assert _by_id(_block(memory))[recent[0]] == {old[0], old[1], recent[1]}
+
+    assert alice.prune(days=90)["turns"] == 2
+    block = _block(memory)
+    assert not block.alive[[block.position[turn] for turn in old]].any()
+    assert block.alive[[block.position[turn] for turn in recent]].all()
+    assert block.neighbours is None
+    _search(memory)
+    assert _by_id(_block(memory))[recent[0]] == {recent[1]}
+    assert _by_id(_block(memory)) == _rebuilt(memory)
+
+
+def test_a_forgotten_item_stops_scoring_in_the_live_index(memory: Memory) -> None:
+    alice = memory.for_user("alice")
+    kept = alice.remember("Alice keeps her kettle descaled")
+    gone = alice.remember("Alice's old kettle was green")
+    memory.flush()
+    assert {hit.item.id for hit in alice.search("kettle")} >= {kept.id, gone.id}
+    store = memory.store
+    assert isinstance(store, SQLiteStore)
+    block = store._indexes["knowledge"].users["alice"]
+    alice.forget(gone.id)
+    assert not block.alive[block.position[gone.id]]
+    assert block.alive[block.position[kept.id]]
+    assert block.accounted()[0] == 1

@@ -412,6 +412,7 @@ class SQLStore(ABC):
                     for chunk in iter_chunks(change.ids):
                         run(f"DELETE FROM {change.table} WHERE user_id = ? AND id IN "
                             f"({_marks(len(chunk))})", [uid, *chunk])
+                    self._deleted(change.table, uid, change.ids)
                     continue
                 values = dict(change.values)
                 if "embedding" in values and values["embedding"] is None:
@@ -421,6 +422,10 @@ class SQLStore(ABC):
                     run(f"UPDATE {change.table} SET {sets} WHERE user_id = ? AND id IN "
                         f"({_marks(len(chunk))})", [*params, uid, *chunk])
         self._insert(run, rows)
+
+    def _deleted(self, table: str, user_id: str, ids: Sequence[str]) -> None:  # noqa: B027 (a hook)
+        """Rows of ``table`` this transaction deleted (forget, prune): a backend that
+        keeps an in-process index of them drops them once committed."""
 
     def _insert(self, run: Run, rows: _Rows) -> None:
         """Write a run of new rows of one table as one statement. New turns carry their

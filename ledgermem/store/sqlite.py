@@ -537,6 +537,11 @@ class SQLiteStore(SQLStore):
             self._local.purge = True
             self._local.committed.append(lambda: self._forget_vectors(user_id, subject_id))
 
+    def _deleted(self, table: str, user_id: str, ids: Sequence[str]) -> None:
+        index = self._indexes.get(table)
+        if index is not None:
+            self._local.committed.append(lambda: index.forget(user_id, ids))
+
     def delete_user(self, user_id: str) -> int:
         with self._writing():
             removed = super().delete_user(user_id)
@@ -737,7 +742,7 @@ class SQLiteStore(SQLStore):
                 if row_id is None:
                     del index.users[user_id]
                 else:
-                    block.forget(row_id)
+                    block.forget([row_id])
                     block.file_rows = 0
 
     def _discard_vector_files(self) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
 import numpy as np
@@ -160,11 +160,12 @@ class UserVectors:
         self.neighbours = None  # rows may have gone: their sessions' neighbours change
         return True
 
-    def forget(self, row_id: str) -> None:
-        """Stop scoring ``row_id`` (it was forgotten)."""
-        at = self.position.get(row_id)
-        if at is not None:
-            self.alive[at] = False
+    def forget(self, row_ids: Iterable[str]) -> None:
+        """Stop scoring ``row_ids`` (forgotten or pruned)."""
+        position = self.position
+        found = [at for at in map(position.get, row_ids) if at is not None]
+        if found:
+            self.alive[found] = False
             self.neighbours = None  # a session lost a turn: its neighbours change
 
     def scores(self, query: Vector, smoothing: float = 0.0) -> npt.NDArray[np.float32]:
@@ -280,3 +281,11 @@ class VectorIndex:
     def reset(self) -> None:
         with self.lock:
             self.users.clear()
+
+    def forget(self, user_id: str, row_ids: Iterable[str]) -> None:
+        """Stop scoring rows the store no longer holds (the user's file keeps them
+        until it is written again; it is checked against the store when mapped)."""
+        with self.lock:
+            block = self.users.get(user_id)
+            if block is not None:
+                block.forget(row_ids)
