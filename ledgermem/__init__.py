@@ -15,6 +15,7 @@ from .errors import (
     ProviderError,
     SchemaMismatch,
     StorageError,
+    StoreClosed,
 )
 from .ledger_index import HybridEventIndex
 from .memory import Memory, UserMemory, default_path
@@ -80,6 +81,7 @@ __all__ = [
     "SearchOptions",
     "StorageError",
     "Store",
+    "StoreClosed",
     "TimeWindow",
     "ToolCall",
     "Turn",

@@ -2,7 +2,8 @@
 
 A worker's queue lives in the store, so the thread only needs waking: ``notify``
 starts it on first use and wakes it, the loop drains ``run_once`` until it returns 0,
-and a failure is logged and retried with backoff instead of killing the thread.
+and a failure is logged and retried with backoff instead of killing the thread. A
+store closed under a running worker ends it (with a warning): no retry can succeed.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import logging
 import os
 import sys
 import threading
+
+from .errors import StoreClosed
 
 __all__ = ["BackgroundWorker"]
 
@@ -77,6 +80,9 @@ class BackgroundWorker:
                     while not self._stop.is_set() and self.run_once():
                         pass
                 delay = 0.5
+            except StoreClosed:  # closed under a worker not closed first: nothing can succeed
+                self._log.warning("%s stopped: its store was closed", self.thread_name)
+                return
             except Exception:  # the worker must outlive a failing model, store or batch
                 if self._stop.is_set():  # closing: the store may be gone; work stays queued
                     self._log.debug("%s stopped mid-batch", self.thread_name, exc_info=True)

@@ -11,6 +11,7 @@ __all__ = [
     "ProviderError",
     "SchemaMismatch",
     "StorageError",
+    "StoreClosed",
 ]
 
 
@@ -32,6 +33,10 @@ class ConfigError(LedgermemError):
 
 class StorageError(LedgermemError):
     """The database failed; the driver's exception is chained as ``__cause__``."""
+
+
+class StoreClosed(StorageError):
+    """The store was closed: nothing more can be read or written through it."""
 
 
 class SchemaMismatch(StorageError):

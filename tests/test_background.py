@@ -1,4 +1,5 @@
-"""The background worker loop: failures are retried, and a close mid-batch is quiet."""
+"""The background worker loop: failures are retried, a close mid-batch is quiet, and a
+store closed under a running worker ends it."""
 
 from __future__ import annotations
 
@@ -60,6 +61,29 @@ def test_a_failing_batch_is_logged_and_retried() -> None:
         deadline.wait(0.01)
     worker.close()
     assert worker.failures >= 1
+
+
+def test_a_store_closed_under_the_recall_worker_ends_it_without_retrying(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    memory = Memory.open(tmp_path / "m.db", embedder=None, recall_interval_s=30)
+    alice = memory.for_user("alice")
+    alice.remember("Alice takes her tea without sugar")
+    assert alice.search("tea")  # notes the use: the recall worker now holds work
+    worker = memory.recalls
+    assert worker.pending() == 1 and worker._thread is not None
+    memory.store.close()  # the store, not the memory: the worker was never closed
+    with caplog.at_level(logging.DEBUG, logger="ledgermem.recall"):
+        worker._wake.set()
+        worker._thread.join(10)
+    assert not worker._thread.is_alive()
+    assert worker.failures == 0
+    assert [(r.levelno, r.exc_info) for r in caplog.records] == [(logging.WARNING, None)]
+    assert "store was closed" in caplog.records[0].getMessage()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="ledgermem.recall"):
+        memory.close()  # quiet: says what it could not apply
+    assert [r.getMessage() for r in caplog.records] == [
+        "1 recalled items not applied: the store was closed"]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 
 from ..background import BackgroundWorker
 from ..clock import Clock, iso
+from ..errors import StoreClosed
 from ..store.base import Store
 from ..types import ItemQuery, Scope
 from .events import ItemsTouched, Kind, new_event
@@ -103,8 +104,12 @@ class RecallWorker(BackgroundWorker):
             return self.run_once()
 
     def close(self) -> None:
-        """Apply what is noted, then stop the thread."""
+        """Apply what is noted, then stop the thread. A store already closed keeps
+        nothing of what was noted (a warning says how much)."""
         try:
             self.flush()
+        except StoreClosed:
+            self._log.warning("%d recalled items not applied: the store was closed",
+                              self.pending())
         finally:
             super().close()

@@ -48,7 +48,7 @@ from psycopg_pool import ConnectionPool
 
 from ..clock import iso, system_clock
 from ..domain.projection import Delete, Insert, changes_text, project
-from ..errors import InvalidInput, SchemaMismatch, StorageError
+from ..errors import InvalidInput, SchemaMismatch, StorageError, StoreClosed
 from ..types import Event, ItemQuery
 from .base import (
     MatchMode,
@@ -421,7 +421,7 @@ class PostgresStore(SQLStore):
                 raise
             return
         if self._closed:
-            raise StorageError("the store is closed")
+            raise StoreClosed("the store is closed")
         with _translated(), self._pool.connection() as conn:
             local.conn, local.applied, local.locked = conn, None, frozenset()
             try:
@@ -512,7 +512,7 @@ class PostgresStore(SQLStore):
         then a ``CHECKPOINT`` where the role may run one. Deleted rows' bytes stay in a
         table's files until it is rewritten (docs/reliability.md)."""
         if self._closed:
-            raise StorageError("the store is closed")
+            raise StoreClosed("the store is closed")
         # A pool connection: autocommit (VACUUM refuses a transaction block), on the
         # store's search path.
         with _translated("cannot vacuum"), self._pool.connection() as conn:
@@ -529,7 +529,7 @@ class PostgresStore(SQLStore):
         failure is logged, not raised: the load before it has committed, and
         autovacuum will do the same later."""
         if self._closed:
-            raise StorageError("the store is closed")
+            raise StoreClosed("the store is closed")
         if self._local.conn is not None:
             return
         try:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..clock import iso, system_clock
-from ..errors import InvalidInput, SchemaMismatch, StorageError
+from ..errors import InvalidInput, SchemaMismatch, StorageError, StoreClosed
 from ..types import Event, ItemQuery
 from . import vector_file
 from .base import MatchMode, Table, TurnQuery, Vector, iter_chunks
@@ -174,7 +174,7 @@ class SQLiteStore(SQLStore):
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             if self._closed:
-                raise StorageError("the store is closed")
+                raise StoreClosed("the store is closed")
             with _translated(f"cannot open {self.path}"):
                 conn = sqlite3.connect(
                     self.path, isolation_level=None, timeout=self._busy_ms / 1000,
