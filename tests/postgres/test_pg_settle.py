@@ -57,9 +57,10 @@ def test_an_import_leaves_the_postings_all_visible(pg_url: str, tmp_path: Path,
         for table in ("knowledge_terms", "conversations_terms", "knowledge"):
             pages, visible = _visible(pg_url, table)
             assert pages > 0 and visible == pages, table
-        assert Memory(store, embedder=None, clock=clock).for_user("alice").search("quince jam")
+        with Memory(store, embedder=None, clock=clock) as memory:
+            assert memory.for_user("alice").search("quince jam")
     finally:
-        store.close()
+        store.close()  # again, should an assertion have failed before the memory's close
 
 
 def test_settling_twice_and_on_an_empty_store_is_harmless(pg_store: PostgresStore) -> None:
