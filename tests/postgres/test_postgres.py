@@ -8,7 +8,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from ledgermem import (
 from ledgermem.retrieval.embedding import reembed
 from ledgermem.retrieval.hybrid import SearchOptions
 from ledgermem.retrieval.keyword import query_terms
+from ledgermem.store import sql as sql_store
 from ledgermem.store.base import TurnQuery
 from ledgermem.store.pg_migrations import (
     ITEM_TSVECTOR,
@@ -346,8 +347,8 @@ def test_keyword_search_reads_postings_not_every_row(pg_memory: Memory, pg_url: 
     alice = pg_memory.for_user("alice")
     target = alice.remember("The kettle is descaled monthly", "fact")
     alice.remember("Green tea at noon", "preference")
-    sql = _BM25_SQL.format(table="knowledge", lexemes=_LEXEMES, having="", paired="",
-                           source="hits", where="t.user_id = ?")
+    sql = _BM25_SQL.format(table="knowledge", lexemes=_LEXEMES, paired="", source="hits",
+                           where="t.user_id = ?")
     with psycopg.connect(pg_url, autocommit=True) as conn, conn.transaction():
         conn.execute("SELECT set_config('ledgermem.user_id', 'alice', true), "
                      "set_config('enable_seqscan', 'off', true)")
@@ -357,6 +358,85 @@ def test_keyword_search_reads_postings_not_every_row(pg_memory: Memory, pg_url: 
     assert "knowledge_terms_lookup" in plan and "@@" not in plan, plan
     found = pg_memory.store.keyword_search_items("alice", ["kettle"], "and", ItemQuery(), 10)
     assert [item_id for item_id, _ in found] == [target.id]
+
+def _plan_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _plan_nodes(child)
+
+
+def test_keyword_and_reads_only_the_postings_of_rows_holding_every_word(
+        pg_memory: Memory, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``and`` finds the rows holding every lexeme with index-only scans of ``pk`` and
+    reads the postings of those rows alone: a word in most of the user's rows no longer
+    has each of its postings scored. Ranks and scores are BM25 as FTS5 computes it
+    (the same as SQLite's: ``test_same_ranking_as_sqlite``), checked here against the
+    formula over the postings the store holds."""
+    alice = pg_memory.for_user("alice")
+    texts = [f"The kettle number {n} sits on shelf {n % 7}" for n in range(240)]
+    texts[17] = "The kettle needs descaling, and descaling the kettle takes an hour"
+    texts[101] = "Descaling the old kettle every month"
+    texts[202] = "A kettle, once descaling was done, boiled faster than the kettle before"
+    items = alice.remember_many(texts, dedup=False)
+    store = pg_memory.store
+    assert isinstance(store, PostgresStore)
+    statements: list[tuple[str, list[Any]]] = []
+    execute = PostgresStore._execute
+
+    def noted(self: PostgresStore, conn: Any, sql: str, params: Any) -> Any:
+        statements.append((sql, list(params)))
+        return execute(self, conn, sql, params)
+
+    monkeypatch.setattr(PostgresStore, "_execute", noted)
+    found = store.keyword_search_items("alice", ["kettle", "descaling"], "and", ItemQuery(), 10)
+    monkeypatch.undo()
+
+    # The formula, over the stored postings (FTS5's bm25: k1 1.2, b 0.75, idf floor).
+    rows = everyone(pg_url, "SELECT p.lexeme, p.pk, p.freq, p.doc_len, k.id FROM "
+                            "knowledge_terms AS p JOIN knowledge AS k ON k.pk = p.pk "
+                            "WHERE p.lexeme IN ('kettl', 'descal') ORDER BY p.lexeme")
+    n_rows, length, _ = store._corpora[("knowledge", "alice")]
+    avgdl = length / n_rows
+    df = Counter(lexeme for lexeme, *_ in rows)
+    scores: dict[str, float] = {}
+    held: Counter[str] = Counter()
+    for lexeme, _, freq, doc_len, item_id in rows:
+        idf = max(np.log((max(n_rows, df[lexeme]) - df[lexeme] + 0.5) / (df[lexeme] + 0.5)),
+                  1e-6)
+        scores[item_id] = scores.get(item_id, 0.0) + idf * freq * 2.2 / (
+            freq + 1.2 * (0.25 + 0.75 * (doc_len + 1) / (avgdl + 1)))
+        held[item_id] += 1
+    every = sorted((item_id for item_id in scores if held[item_id] == 2),
+                   key=lambda item_id: -scores[item_id])
+    assert {items[17].id, items[101].id, items[202].id} == set(every)
+    assert [item_id for item_id, _ in found] == every
+    assert [score for _, score in found] == pytest.approx([scores[i] for i in every],
+                                                          rel=1e-12)
+
+    # No step of the statement holds more rows than those holding every word.
+    (sql, params), = [(s, p) for s, p in statements if "INTERSECT" in s]
+    with psycopg.connect(pg_url, autocommit=True) as conn, conn.transaction():
+        conn.execute("SELECT set_config('ledgermem.user_id', 'alice', true)")
+        plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + _placeholders(sql),
+                            params).fetchone()[0][0]["Plan"]  # type: ignore[index]
+    ctes = {node["Subplan Name"]: node["Actual Rows"] for node in _plan_nodes(plan)
+            if str(node.get("Subplan Name", "")).startswith("CTE")}
+    assert ctes == {"CTE idf": 2, "CTE every": 3, "CTE scored": 3}, ctes
+
+
+def test_keyword_and_of_common_words_lists_the_newest_rows_holding_them_all(
+        pg_memory: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When every word is common, ``and`` lists the rows holding all of them newest
+    first, unranked (the same ``INTERSECT`` finds them)."""
+    monkeypatch.setattr(sql_store, "COMMON_TERM_MIN_ROWS", 5)
+    alice = pg_memory.for_user("alice")
+    texts = [f"The kettle number {n}" if n % 3 else f"The kettle on shelf {n}"
+             for n in range(30)]
+    items = alice.remember_many(texts, dedup=False)
+    found = pg_memory.store.keyword_search_items("alice", ["kettle", "shelf"], "and",
+                                                 ItemQuery(), 4)
+    assert found == [(items[n].id, 0.0) for n in (27, 24, 21, 18)]
+
 
 def test_vectors_are_kept_in_the_row(pg_url: str) -> None:
     """An exact search reads every vector of the user: out of line (pgvector's default
