@@ -183,10 +183,14 @@ ORDER BY t.pk DESC LIMIT ?
 """
 """The newest rows (by ``pk``, as SQLite orders by rowid) holding a common term."""
 _NEWEST_ALL_SQL = """
-SELECT t.id FROM {table} AS t WHERE {where} AND t.pk IN ({every})
-ORDER BY t.pk DESC LIMIT ?
+SELECT t.id FROM (SELECT pk FROM ({every}) AS e ORDER BY pk DESC) AS s
+CROSS JOIN LATERAL (SELECT * FROM {table} AS t WHERE t.pk = s.pk OFFSET 0) AS t
+WHERE {where} ORDER BY s.pk DESC LIMIT ?
 """
-"""The newest rows holding every one of the query's (common) lexemes (``_EVERY``)."""
+"""The newest rows holding every one of the query's (common) lexemes (``_EVERY``),
+each fetched by ``pk`` as ``_BM25_SQL`` fetches its candidates. Given ``t.pk IN``
+instead, the planner merge-joined the rows found with a backward scan of the user's
+table: 67,000 rows read for 50 (150 ms at 100,000 turns)."""
 CORPUS_TTL_S = 60.0
 """How long a user's row count and mean row length (BM25's corpus statistics) are
 reused; this process's own writes to the user drop them at once."""
@@ -779,7 +783,7 @@ class PostgresStore(SQLStore):
                     every = " INTERSECT ".join([_EVERY.format(table=table)] * len(lexemes))
                     return [r[0] for r in run(
                         _NEWEST_ALL_SQL.format(table=table, where=where, every=every),
-                        [*params, *[v for lexeme in lexemes for v in (user_id, lexeme)],
+                        [*[v for lexeme in lexemes for v in (user_id, lexeme)], *params,
                          limit])]
                 return [r[0] for r in run(_NEWEST_SQL.format(table=table, where=where),
                                           [*params, text, limit])]
