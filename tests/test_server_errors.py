@@ -171,7 +171,8 @@ def test_every_library_error_has_a_status() -> None:
 
     kinds = {getattr(errors, name) for name in errors.__all__}
     mapped = {kind for kind, _, _ in STATUS}
-    assert kinds - mapped <= {errors.SchemaMismatch}  # a StorageError: 503
+    assert kinds - mapped <= {errors.SchemaMismatch, errors.StoreClosed}  # StorageErrors: 503
+    assert all(issubclass(kind, errors.StorageError) for kind in kinds - mapped)
     assert all(status < 500 for kind, status, _ in STATUS
                if kind in (errors.NotFound, errors.InvalidInput, errors.AccessDenied))
 

@@ -144,9 +144,6 @@ posting per lexeme), found before any is scored. Scoring every posting and keepi
 rows with two cost a lookup whose words are in thousands of rows several times more:
 at 100,000 items, dedup's lookups took 8.3 ms on average scoring first, 7.0 this way
 (the same rows and scores)."""
-_EVERY = "SELECT pk FROM {table}_terms WHERE user_id = ? AND lexeme = ?"
-"""One branch of the ``INTERSECT`` that finds the rows holding every lexeme: an
-index-only scan of one lexeme's postings, carrying nothing but ``pk``."""
 _BM25_EVERY_SQL = """
 WITH idf AS MATERIALIZED (
     SELECT l.lexeme, greatest(ln((greatest(?::float8, d.df) - d.df + 0.5) / (d.df + 0.5)), 1e-6)
@@ -168,7 +165,7 @@ CROSS JOIN LATERAL (SELECT * FROM {table} AS t WHERE t.pk = s.pk OFFSET 0) AS t
 WHERE {where} ORDER BY s.score DESC, s.pk LIMIT ?
 """
 """``_BM25_SQL`` for ``and`` (two lexemes or more), the same scores to the last bit
-without reading every posting twice. ``_BM25_SQL`` scores each posting of every
+without scoring every posting. ``_BM25_SQL`` scores each posting of every
 lexeme and keeps the rows holding all of them: a question with one word in most of
 the user's rows (at 30,000 turns, one in 27,000) scored 30,000 postings to keep five
 rows. Here each lexeme's document count is an index-only count, the rows holding all
@@ -187,7 +184,7 @@ SELECT t.id FROM (SELECT pk FROM ({every}) AS e ORDER BY pk DESC) AS s
 CROSS JOIN LATERAL (SELECT * FROM {table} AS t WHERE t.pk = s.pk OFFSET 0) AS t
 WHERE {where} ORDER BY s.pk DESC LIMIT ?
 """
-"""The newest rows holding every one of the query's (common) lexemes (``_EVERY``),
+"""The newest rows holding every one of the query's (common) lexemes (``_every``),
 each fetched by ``pk`` as ``_BM25_SQL`` fetches its candidates. Given ``t.pk IN``
 instead, the planner merge-joined the rows found with a backward scan of the user's
 table: 67,000 rows read for 50 (150 ms at 100,000 turns)."""
@@ -760,12 +757,11 @@ class PostgresStore(SQLStore):
                 if how == "and":
                     lexemes = self._lexemes(run, words)
                     if len(lexemes) > 1:
-                        every = " INTERSECT ".join([_EVERY.format(table=table)] * len(lexemes))
+                        every, every_params = _every(table, user_id, lexemes)
                         rows = run(_BM25_EVERY_SQL.format(table=table, every=every,
                                                           where=where),
-                                   [n_rows, lexemes, user_id,
-                                    *[v for lexeme in lexemes for v in (user_id, lexeme)],
-                                    avgdl + 1, *params, limit])
+                                   [n_rows, lexemes, user_id, *every_params, avgdl + 1,
+                                    *params, limit])
                         return [(r[0], float(r[1])) for r in rows]
                 two = how == "two"
                 rows = run(_BM25_SQL.format(table=table, lexemes=_LEXEMES, where=where,
@@ -780,11 +776,10 @@ class PostgresStore(SQLStore):
                     lexemes = self._lexemes(run, words)
                     if not lexemes:
                         return []
-                    every = " INTERSECT ".join([_EVERY.format(table=table)] * len(lexemes))
+                    every, every_params = _every(table, user_id, lexemes)
                     return [r[0] for r in run(
                         _NEWEST_ALL_SQL.format(table=table, where=where, every=every),
-                        [*[v for lexeme in lexemes for v in (user_id, lexeme)], *params,
-                         limit])]
+                        [*every_params, *params, limit])]
                 return [r[0] for r in run(_NEWEST_SQL.format(table=table, where=where),
                                           [*params, text, limit])]
 
@@ -795,8 +790,9 @@ class PostgresStore(SQLStore):
 
     def _lexemes(self, run: Run, words: Sequence[str]) -> list[str]:
         """The distinct lexemes of ``words`` as ``to_tsvector('ledgermem_english')``
-        gives them (none for a stop word), sorted; each word's are kept (``LEXEMES_KEPT``
-        words), so a search asks the server only for words it has not met."""
+        gives them (none for a word its parser drops), sorted. Each word's are kept
+        (``LEXEMES_KEPT`` words), so a search asks the server only for words it has not
+        met."""
         missing = sorted({word for word in words if word not in self._word_lexemes})
         if missing:
             if len(self._word_lexemes) + len(missing) > LEXEMES_KEPT:
@@ -1092,6 +1088,15 @@ def _text_changes(events: Sequence[Event]
             elif isinstance(change, Delete) or "content" in change.values:
                 changed.add(key)
     return added - changed, touched, inserts
+
+
+def _every(table: str, user_id: str, lexemes: Sequence[str]) -> tuple[str, list[Any]]:
+    """The ``INTERSECT`` that finds the user's rows holding every one of ``lexemes``,
+    with its parameters: a branch a lexeme, each an index-only scan of its postings
+    carrying nothing but ``pk``."""
+    branch = f"SELECT pk FROM {table}_terms WHERE user_id = ? AND lexeme = ?"
+    return (" INTERSECT ".join([branch] * len(lexemes)),
+            [value for lexeme in lexemes for value in (user_id, lexeme)])
 
 
 def _version(conn: Conn) -> int:
