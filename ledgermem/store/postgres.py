@@ -793,15 +793,18 @@ class PostgresStore(SQLStore):
         gives them (none for a word its parser drops), sorted. Each word's are kept
         (``LEXEMES_KEPT`` words), so a search asks the server only for words it has not
         met."""
-        missing = sorted({word for word in words if word not in self._word_lexemes})
+        known = self._word_lexemes  # shared by threads: read once per word, never twice
+        found = {word: known.get(word) for word in words}
+        missing = sorted(word for word, lexemes in found.items() if lexemes is None)
         if missing:
-            if len(self._word_lexemes) + len(missing) > LEXEMES_KEPT:
-                self._word_lexemes.clear()
-            self._word_lexemes.update(
-                (r[0], tuple(r[1])) for r in run(
-                    "SELECT w, tsvector_to_array(to_tsvector('ledgermem_english', w)) "
-                    "FROM unnest(?::text[]) AS w", [missing]))
-        return sorted({lexeme for word in words for lexeme in self._word_lexemes[word]})
+            fetched = {r[0]: tuple(r[1]) for r in run(
+                "SELECT w, tsvector_to_array(to_tsvector('ledgermem_english', w)) "
+                "FROM unnest(?::text[]) AS w", [missing])}
+            if len(known) + len(fetched) > LEXEMES_KEPT:
+                known.clear()
+            known.update(fetched)
+            found.update(fetched)
+        return sorted({lexeme for lexemes in found.values() for lexeme in lexemes or ()})
 
     def _common_terms(self, run: Run, table: str, user_id: str, terms: Sequence[str],
                       cutoff: int) -> set[str]:
