@@ -18,7 +18,6 @@ from ..clock import new_id
 from ..types import Event, Item, Scope, Visibility
 
 __all__ = [
-    "CONTENT_KINDS",
     "FORGOTTEN",
     "MEMORY_KINDS",
     "PROPOSAL_KINDS",
@@ -81,12 +80,6 @@ MEMORY_KINDS: tuple[str, ...] = (
     Kind.MEMORY_PRUNED,
 )
 """The kinds that change knowledge items (what ``as_of`` replays)."""
-
-CONTENT_KINDS = frozenset({Kind.MEMORY_ADDED, Kind.MEMORY_DELETED, Kind.MEMORY_PRUNED,
-                           Kind.TURN_USER, Kind.TURN_ASSISTANT, Kind.TURN_SYSTEM,
-                           Kind.TURN_TOOL})
-"""Kinds that add, remove or rewrite searchable text (plus ``ItemChanged`` events whose
-changes hold ``content``): only these can change keyword statistics."""
 
 PROPOSAL_KINDS: tuple[str, ...] = (Kind.PROPOSAL_MADE, Kind.PROPOSAL_DECIDED)
 """The review queue's kinds: read from the ledger alone (``review.py``), they change no

@@ -21,7 +21,6 @@ from typing import Any, Literal
 from ..types import Event, Item
 from .events import (
     CHANGE_KINDS,
-    CONTENT_KINDS,
     PROPOSAL_KINDS,
     ItemAdded,
     ItemChanged,
@@ -29,8 +28,8 @@ from .events import (
     item_row,
 )
 
-__all__ = ["Add", "Change", "Delete", "Insert", "Scale", "Update", "apply_change", "changes_text",
-           "project", "replay"]
+__all__ = ["Add", "Change", "Delete", "Insert", "Scale", "Update", "apply_change", "project",
+           "replay"]
 
 ViewTable = Literal["knowledge", "conversations", "tool_history", "llm_calls", "comparisons"]
 
@@ -143,14 +142,6 @@ def project(event: Event) -> list[Change]:
             "duration_ms": data.get("duration_ms"), "error": data.get("error"),
             "ts": event.ts})]
     return []
-
-
-def changes_text(event: Event) -> bool:
-    """Whether ``event`` adds, removes or rewrites searchable text (and so can change
-    keyword statistics); recall bookkeeping, confidence and lineage changes do not."""
-    if event.kind in CONTENT_KINDS:
-        return True
-    return event.kind in CHANGE_KINDS and "content" in event.payload.get("changes", {})
 
 
 def replay(events: Iterable[Event], until: str) -> dict[str, Item]:

@@ -125,6 +125,9 @@ trigger)."""
 _TSVECTOR_COLUMNS = {"knowledge": "content, entity",
                      "conversations": "content, name, day, context"}
 """The columns each ``fts`` is made of."""
+TSVECTOR_COLUMNS = {table: frozenset(columns.split(", "))
+                    for table, columns in _TSVECTOR_COLUMNS.items()}
+"""The same, as sets: a write of one of them changes the row's lexemes and length."""
 ITEM_TSVECTOR = _TSVECTORS["knowledge"].format(r="")
 TURN_TSVECTOR = _TSVECTORS["conversations"].format(r="")
 

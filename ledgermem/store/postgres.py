@@ -47,7 +47,7 @@ from psycopg.types import TypeInfo
 from psycopg_pool import ConnectionPool
 
 from ..clock import iso, system_clock
-from ..domain.projection import Delete, Insert, changes_text, project
+from ..domain.projection import Insert, project
 from ..errors import InvalidInput, SchemaMismatch, StorageError, StoreClosed
 from ..types import Event, ItemQuery
 from .base import (
@@ -61,7 +61,7 @@ from .base import (
     row_scope,
 )
 from .migrations import Migration
-from .pg_migrations import PG_MIGRATIONS, hnsw_index_sql
+from .pg_migrations import PG_MIGRATIONS, TSVECTOR_COLUMNS, hnsw_index_sql
 from .sql import (
     CONTEXT_TURNS,
     EMBED_TEXT,
@@ -226,12 +226,14 @@ class _Local(threading.local):
     """What the open transaction has been told (None: unknown, tell it again)."""
     locked: frozenset[str] = frozenset()
     """The users whose lock (``_in_ledger_order``) the open transaction holds."""
-    reading: bool = False
-    """The open transaction is a ``reading`` block: calls inside share it as it is."""
+    whole: bool = False
+    """The open transaction is one block (``reading``, ``writing_for``): store calls
+    inside share it as it is, without a savepoint each."""
 
     def __init__(self) -> None:
-        self.inserted: dict[tuple[str, str], tuple[int, int]] = {}
-        """(table, user) → (rows, their tokens) inserted by the ``append`` under way."""
+        self.changed: dict[tuple[str, str], tuple[int, int]] = {}
+        """(table, user) → (rows, tokens) the ``append`` under way added, net of what
+        it removed (``_changed``)."""
 
 
 class _VectorText(Loader):
@@ -439,7 +441,7 @@ class PostgresStore(SQLStore):
         """A transaction (a savepoint when nested) on this thread's connection. Used
         for reads of several statements too: PostgreSQL needs no write lock up front."""
         local = self._local
-        if local.conn is not None and local.reading:
+        if local.conn is not None and local.whole:
             # One transaction for the whole block: no savepoint (two round trips) per
             # call. A failure inside ends the block (its transaction rolls back).
             yield self._run(local.conn)
@@ -478,11 +480,11 @@ class PostgresStore(SQLStore):
             yield
             return
         with self._writing():
-            local.reading = True
+            local.whole = True
             try:
                 yield
             finally:
-                local.reading = False
+                local.whole = False
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         if self._local.conn is not None:
@@ -595,11 +597,20 @@ class PostgresStore(SQLStore):
     # ledger and views ---------------------------------------------------------------
     @contextmanager
     def writing_for(self, user_id: str) -> Iterator[None]:
+        """As on SQLite; the store calls inside share its transaction as it is
+        (``_Local.whole``). A savepoint around each (two round trips) made six of a
+        ``remember``'s fifteen. A failure inside ends the block, as it would anyway:
+        no caller goes on inside a block after a store error."""
+        local = self._local
         with self._writing() as run:
             # As the user, whose rows the block reads next: one set_config, not two.
             with self._scope((user_id, False)):
                 self._in_ledger_order(run, [user_id])
-            yield
+            whole, local.whole = local.whole, True
+            try:
+                yield
+            finally:
+                local.whole = whole
 
     def _in_ledger_order(self, run: Run, user_ids: Sequence[str]) -> None:
         """Take the user locks (in sorted order, so two writers cannot wait on each
@@ -616,16 +627,13 @@ class PostgresStore(SQLStore):
 
     def append(self, events: Sequence[Event]) -> None:
         # Keyword statistics change only with text: recall bookkeeping, confidence and
-        # lineage events keep the cached corpus counts; new rows are added to them
-        # below; rewritten or removed text drops them.
-        added, touched, inserts = _text_changes(events)
-        for key in touched - added:
-            self._corpora.pop(key, None)
-        self._local.inserted = {}
+        # lineage events keep the cached corpus counts; the rows and tokens that new,
+        # rewritten and removed text adds or takes away are counted into them below.
+        self._local.changed = {}
         super().append(events)  # scoped to the events' users (RowScope.EVENTS)
-        self._count_added(added)
+        self._count_changes()
         if self._word_counts:
-            self._count_words(inserts)
+            self._count_words(_inserts(events))
 
     def _insert_sql(self, run: Run, table: str, columns: Sequence[str],
                     rows: Sequence[Sequence[Any]], suffix: str = "") -> tuple[str, list[Any]]:
@@ -663,28 +671,43 @@ class PostgresStore(SQLStore):
                     [table])}
         return known
 
-    _insert_returning: ClassVar[Mapping[str, str]] = {"knowledge": "user_id, doc_len",
-                                                      "conversations": "user_id, doc_len"}
+    _insert_returning: ClassVar[Mapping[str, str]] = {
+        "knowledge": "user_id, 1, doc_len", "conversations": "user_id, 1, doc_len"}
 
-    def _inserted(self, table: str, rows: list[tuple[Any, ...]]) -> None:
-        inserted = self._local.inserted
-        for user_id, length in rows:
-            count, total = inserted.get((table, user_id), (0, 0))
-            inserted[(table, user_id)] = (count + 1, total + int(length))
+    def _update_sql(self, table: str, sets: str, columns: Sequence[str], count: int) -> str:
+        """An update of searchable text returns each row's change of length (the new,
+        from the ``fts`` trigger, less the old, read by the same statement)."""
+        if not TSVECTOR_COLUMNS.get(table, frozenset()).intersection(columns):
+            return super()._update_sql(table, sets, columns, count)
+        return (f"UPDATE {table} AS t SET {sets} FROM (SELECT pk, doc_len FROM {table} "
+                f"WHERE user_id = ? AND id IN ({', '.join('?' * count)})) AS o "
+                "WHERE t.pk = o.pk RETURNING t.user_id, 0, t.doc_len - o.doc_len")
 
-    def _count_added(self, added: set[tuple[str, str]]) -> None:
-        """Add the rows this process just wrote to the cached corpus statistics, with
-        the lengths their INSERT returned (``_inserted``), instead of recounting the
-        user's every row at the next search. (A transaction that rolls back later
-        leaves them counted until ``CORPUS_TTL_S``; stale statistics only shift
-        scores.)"""
-        inserted, self._local.inserted = self._local.inserted, {}
-        for key in added:
+    def _delete_sql(self, table: str, count: int) -> str:
+        sql = super()._delete_sql(table, count)
+        return f"{sql} RETURNING user_id, -1, -doc_len" if table in TSVECTOR_COLUMNS else sql
+
+    def _changed(self, table: str, rows: list[tuple[Any, ...]]) -> None:
+        changed = self._local.changed
+        for user_id, count, length in rows:
+            before = changed.get((table, user_id), (0, 0))
+            changed[(table, user_id)] = (before[0] + int(count), before[1] + int(length))
+
+    def _count_changes(self) -> None:
+        """Count the rows and tokens the append added or removed (``_changed``) into the
+        cached corpus statistics, instead of recounting the user's every row at the
+        next search: at 100,000 items that count took half of a restating
+        ``remember``. (A transaction that rolls back later leaves them counted until
+        ``CORPUS_TTL_S``; stale statistics only shift scores.)"""
+        changed, self._local.changed = self._local.changed, {}
+        for key, (rows, length) in changed.items():
             cached = self._corpora.get(key)
-            if cached is None or key not in inserted:
+            if cached is None:
                 continue
-            rows, length = inserted[key]
-            self._corpora[key] = (cached[0] + rows, cached[1] + length, cached[2])
+            if cached[0] + rows <= 0:   # an empty table is not cached (``_corpus``)
+                del self._corpora[key]
+            else:
+                self._corpora[key] = (cached[0] + rows, cached[1] + length, cached[2])
 
     def _count_words(self, inserts: Sequence[tuple[str, str, Mapping[str, Any]]]) -> None:
         """Add the rows an append inserts (``_text_changes``: table, user, values) to
@@ -1066,31 +1089,12 @@ class PostgresStore(SQLStore):
                     "emb_seq = NULL WHERE embedding IS NOT NULL", [])
 
 
-def _text_changes(events: Sequence[Event]
-                  ) -> tuple[set[tuple[str, str]], set[tuple[str, str]],
-                             list[tuple[str, str, Mapping[str, Any]]]]:
-    """Of the keyword-searched tables: the (table, user) pairs to which ``events``
-    only add rows (no text rewritten or removed), every pair whose text they add,
-    rewrite or remove (``changes_text``), and the rows they insert (table, user,
-    values), from one pass of the projection."""
-    added: set[tuple[str, str]] = set()
-    changed: set[tuple[str, str]] = set()
-    touched: set[tuple[str, str]] = set()
-    inserts: list[tuple[str, str, Mapping[str, Any]]] = []
-    for event in events:
-        text = changes_text(event)
-        for change in project(event):
-            if change.table not in ("knowledge", "conversations"):
-                continue
-            key = (change.table, event.user_id)
-            if text:
-                touched.add(key)
-            if isinstance(change, Insert):
-                added.add(key)
-                inserts.append((change.table, event.user_id, change.values))
-            elif isinstance(change, Delete) or "content" in change.values:
-                changed.add(key)
-    return added - changed, touched, inserts
+def _inserts(events: Sequence[Event]) -> list[tuple[str, str, Mapping[str, Any]]]:
+    """The rows ``events`` insert into the keyword-searched tables (table, user,
+    values), from the projection."""
+    return [(change.table, event.user_id, change.values) for event in events
+            for change in project(event)
+            if isinstance(change, Insert) and change.table in TSVECTOR_COLUMNS]
 
 
 def _every(table: str, user_id: str, lexemes: Sequence[str]) -> tuple[str, list[Any]]:

@@ -410,8 +410,8 @@ class SQLStore(ABC):
                 rows = _Rows()
                 if isinstance(change, Delete):
                     for chunk in iter_chunks(change.ids):
-                        run(f"DELETE FROM {change.table} WHERE user_id = ? AND id IN "
-                            f"({_marks(len(chunk))})", [uid, *chunk])
+                        self._changed(change.table, run(
+                            self._delete_sql(change.table, len(chunk)), [uid, *chunk]))
                     self._deleted(change.table, uid, change.ids)
                     continue
                 values = dict(change.values)
@@ -419,9 +419,22 @@ class SQLStore(ABC):
                     values["emb_seq"] = None  # vector indexes drop a row without a number
                 sets, params = _set_sql(values)
                 for chunk in iter_chunks(change.ids):
-                    run(f"UPDATE {change.table} SET {sets} WHERE user_id = ? AND id IN "
-                        f"({_marks(len(chunk))})", [*params, uid, *chunk])
+                    self._changed(change.table, run(
+                        self._update_sql(change.table, sets, tuple(values), len(chunk)),
+                        [*params, uid, *chunk]))
         self._insert(run, rows)
+
+    def _update_sql(self, table: str, sets: str, columns: Sequence[str], count: int) -> str:
+        """The UPDATE of ``count`` of one user's rows of ``table`` by id: ``sets`` (of
+        ``columns``), then the user and the ids as parameters. What it returns goes to
+        ``_changed``."""
+        del columns
+        return f"UPDATE {table} SET {sets} WHERE user_id = ? AND id IN ({_marks(count)})"
+
+    def _delete_sql(self, table: str, count: int) -> str:
+        """The DELETE of ``count`` of one user's rows of ``table`` by id (parameters: the
+        user, the ids). What it returns goes to ``_changed``."""
+        return f"DELETE FROM {table} WHERE user_id = ? AND id IN ({_marks(count)})"
 
     def _deleted(self, table: str, user_id: str, ids: Sequence[str]) -> None:  # noqa: B027 (a hook)
         """Rows of ``table`` this transaction deleted (forget, prune): a backend that
@@ -446,7 +459,7 @@ class SQLStore(ABC):
             run, table, columns, values,
             conflict + (f" RETURNING {returning}" if returning else "")))
         if returning:
-            self._inserted(table, written)
+            self._changed(table, written)
         for start in range(0, len(around), APPEND_CHUNK):
             chunk = around[start:start + APPEND_CHUNK]
             run("UPDATE conversations SET context = v.column2 FROM (VALUES "
@@ -464,10 +477,11 @@ class SQLStore(ABC):
                 [value for row in rows for value in row])
 
     _insert_returning: ClassVar[Mapping[str, str]] = {}
-    """Per table, what an INSERT of its rows returns to ``_inserted`` (nothing: none)."""
+    """Per table, what an INSERT of its rows returns to ``_changed`` (nothing: none)."""
 
-    def _inserted(self, table: str, rows: list[tuple[Any, ...]]) -> None:
-        """What the INSERT of new ``table`` rows returned (``_insert_returning``)."""
+    def _changed(self, table: str, rows: list[tuple[Any, ...]]) -> None:
+        """What a projected INSERT (``_insert_returning``), UPDATE (``_update_sql``) or
+        DELETE (``_delete_sql``) of ``table``'s rows returned."""
         del table, rows
 
     def _neighbour_text(self, run: Run, rows: _Rows

@@ -169,6 +169,59 @@ def test_new_rows_join_the_cached_corpus_statistics_without_a_read(
         assert store._corpora[(table, "alice")][:2] == (rows, length)
 
 
+def test_rewritten_and_removed_text_count_into_the_cached_corpus_statistics(
+        pg_memory: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restatement, an edit of text or entity, and a forget change the user's row
+    count and length by what their statements returned: the next search recounts
+    nothing (at 100,000 items that count was half of a restating ``remember``), and
+    the cached figures are those a recount gives."""
+    alice = pg_memory.for_user("alice")
+    bees = alice.remember("Alice keeps three hives of bees on the roof")
+    basil = alice.remember("Alice grows basil in the kitchen window", dedup=False)
+    moths = alice.remember("Alice found moths in the wardrobe", dedup=False)
+    alice.search("bees")
+    store = pg_memory.store
+    assert isinstance(store, PostgresStore)
+    seen = _trace(monkeypatch)
+    restated = alice.remember("Alice keeps three hives of bees on the flat roof")
+    assert (restated.id, restated.written) == (bees.id, "merged")
+    alice.update(basil.id, content="Alice grows basil and thyme in the kitchen window")
+    alice.update(basil.id, entity="place:kitchen garden")
+    alice.forget(moths.id)
+    hits = alice.search("bees roof")
+    assert not [sql for sql, _ in seen if "sum(doc_len)" in sql]
+    assert [hit.id for hit in hits][:1] == [bees.id]
+    with store._scope(("alice", False)), store._writing() as run:
+        rows, length = run("SELECT count(*), sum(doc_len) FROM knowledge "
+                           "WHERE user_id = ?", ["alice"])[0]
+    assert store._corpora[("knowledge", "alice")][:2] == (rows, length)
+    assert rows == 2   # the forgotten row is gone; the others were rewritten in place
+
+
+def test_a_write_runs_in_one_transaction_without_savepoints(
+        pg_memory: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store calls inside ``writing_for`` (dedup's counts and lookup, the append)
+    share its transaction as it is: a savepoint around each cost ``remember`` six of
+    its round trips."""
+    alice = pg_memory.for_user("alice")
+    alice.remember("Alice keeps bees on the roof")
+    opened = 0
+    transaction = psycopg.Connection.transaction
+    me = threading.get_ident()
+
+    def counted(self: psycopg.Connection[Any], *args: Any, **kwargs: Any) -> Any:
+        nonlocal opened
+        if threading.get_ident() == me:   # not the background workers'
+            opened += 1
+        return transaction(self, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "transaction", counted)
+    alice.remember("Alice grows basil in the kitchen")
+    alice.remember("Alice keeps bees on the roof")   # a twin: found, refreshed
+    alice.remember_many(["Alice walks to work", "Alice reads crime novels"])
+    assert opened == 3
+
+
 def test_a_bulk_write_passes_one_array_per_column(
         pg_memory: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
     """From ``UNNEST_ROWS`` rows on, an INSERT sends one array per column (a VALUES list
