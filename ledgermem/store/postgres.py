@@ -97,6 +97,10 @@ UserScope = tuple[str, bool]
 """(user id, all users): what ``ledgermem.user_id`` and ``ledgermem.all_users`` are set to."""
 _SET_SCOPE = ("SELECT set_config('ledgermem.user_id', %s, true), "
               "set_config('ledgermem.all_users', %s, true)")
+_USER_LOCK_SQL = "SELECT pg_advisory_xact_lock(?, hashtext(?))"
+"""A user's lock (``_in_ledger_order``). It reads no table, so the scope can be told
+in the same statement (``_SCOPE_AND_USER_LOCK``): one round trip, not two."""
+_SCOPE_AND_USER_LOCK = _SET_SCOPE + ", pg_advisory_xact_lock(%s, hashtext(%s))"
 _EVERY_USER: UserScope = ("", True)
 _BM25_SQL = """
 WITH hits AS MATERIALIZED (
@@ -424,8 +428,12 @@ class PostgresStore(SQLStore):
         local = self._local
         with _translated():
             if local.applied != local.scope:
-                user, every = local.scope
-                conn.execute(_SET_SCOPE, [user, "on" if every else "off"])
+                told = [local.scope[0], "on" if local.scope[1] else "off"]
+                if sql == _USER_LOCK_SQL:
+                    conn.execute(_SCOPE_AND_USER_LOCK, [*told, *params])
+                    local.applied = local.scope
+                    return []
+                conn.execute(_SET_SCOPE, told)
                 local.applied = local.scope
             cursor = conn.execute(_placeholders(sql), list(params))
             return cursor.fetchall() if cursor.description is not None else []
@@ -622,7 +630,7 @@ class PostgresStore(SQLStore):
         local = self._local
         for user_id in user_ids:
             if user_id not in local.locked:
-                run("SELECT pg_advisory_xact_lock(?, hashtext(?))", [USER_LOCK, user_id])
+                run(_USER_LOCK_SQL, [USER_LOCK, user_id])
                 local.locked |= {user_id}
 
     def append(self, events: Sequence[Event]) -> None:

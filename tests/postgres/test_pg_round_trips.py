@@ -54,6 +54,29 @@ def test_remember_tells_the_scope_once_and_takes_the_lock_once(
     assert seen[0][1] == ("alice", False)
 
 
+def test_the_scope_is_told_with_the_lock(pg_memory: Memory,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write's first statement, the user's lock, tells the connection the user's
+    scope too: no round trip of its own for ``set_config``."""
+    alice = pg_memory.for_user("alice")
+    alice.remember("Alice keeps bees on the roof")
+    sent: list[str] = []
+    execute = psycopg.Connection.execute
+    me = threading.get_ident()
+
+    def noted(self: psycopg.Connection[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        if threading.get_ident() == me:
+            sent.append(" ".join(str(query).split()))
+        return execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", noted)
+    alice.remember("Alice grows basil in the kitchen")
+    alice.forget(alice.remember("Alice lost her keys").id)
+    told = [sql for sql in sent if "set_config('ledgermem.user_id'" in sql]
+    assert len(told) == 3 and all("pg_advisory_xact_lock" in sql for sql in told)
+    assert not [sql for sql in sent if sql.startswith("SELECT pg_advisory_xact_lock")]
+
+
 def test_a_batch_takes_the_lock_once(pg_memory: Memory,
                                      monkeypatch: pytest.MonkeyPatch) -> None:
     alice = pg_memory.for_user("alice")
