@@ -37,7 +37,14 @@ from ledgermem.store.pg_migrations import (
     TERM_FREQ,
     TURN_TSVECTOR,
 )
-from ledgermem.store.postgres import _BM25_SQL, _LEXEMES, PostgresStore, _placeholders
+from ledgermem.store.postgres import (
+    _BM25_SQL,
+    _IDF,
+    _LEXEMES,
+    _TWO,
+    PostgresStore,
+    _placeholders,
+)
 from ledgermem.testing import HashEmbedder
 from ledgermem.types import ItemQuery
 from tests.postgres.workers import claim_then_die, write_and_search
@@ -343,19 +350,25 @@ def test_a_write_computes_its_lexemes_once(pg_url: str) -> None:
 def test_keyword_search_reads_postings_not_every_row(pg_memory: Memory, pg_url: str) -> None:
     """The GIN index on ``fts`` is unusable under row-level security (``@@`` is not
     leakproof: even with sequential scans off, PostgreSQL scanned every row of the
-    user), so BM25 matches terms in a B-tree of postings, never with ``@@`` on rows."""
+    user), so BM25 matches terms in a B-tree of postings, never with ``@@`` on rows.
+    OR and two-of read the postings into one aggregate by row: no window over them
+    (which sorted and stored every posting, twice for two-of)."""
     alice = pg_memory.for_user("alice")
     target = alice.remember("The kettle is descaled monthly", "fact")
     alice.remember("Green tea at noon", "preference")
-    sql = _BM25_SQL.format(table="knowledge", lexemes=_LEXEMES, paired="", source="hits",
-                           where="t.user_id = ?")
-    with psycopg.connect(pg_url, autocommit=True) as conn, conn.transaction():
-        conn.execute("SELECT set_config('ledgermem.user_id', 'alice', true), "
-                     "set_config('enable_seqscan', 'off', true)")
-        plan = "\n".join(str(r[0]) for r in conn.execute(
-            "EXPLAIN " + _placeholders(sql),
-            ["alice", "kettle descaled", 2, 7.0, "alice", 10]).fetchall())
-    assert "knowledge_terms_lookup" in plan and "@@" not in plan, plan
+    for having in ("", _TWO):
+        sql = _BM25_SQL.format(table="knowledge", lexemes=_LEXEMES, having=having,
+                               idf=_IDF.format(table="knowledge", lexemes=_LEXEMES),
+                               where="t.user_id = ?")
+        with psycopg.connect(pg_url, autocommit=True) as conn, conn.transaction():
+            conn.execute("SELECT set_config('ledgermem.user_id', 'alice', true), "
+                         "set_config('enable_seqscan', 'off', true)")
+            plan = "\n".join(str(r[0]) for r in conn.execute(
+                "EXPLAIN " + _placeholders(sql),
+                [2, "kettle descaled", "alice", 7.0, "alice", "kettle descaled", "alice",
+                 10]).fetchall())
+        assert "knowledge_terms_lookup" in plan and "@@" not in plan, plan
+        assert "WindowAgg" not in plan, plan
     found = pg_memory.store.keyword_search_items("alice", ["kettle"], "and", ItemQuery(), 10)
     assert [item_id for item_id, _ in found] == [target.id]
 
