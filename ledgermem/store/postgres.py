@@ -694,6 +694,14 @@ class PostgresStore(SQLStore):
                 f"WHERE user_id = ? AND id IN ({', '.join('?' * count)})) AS o "
                 "WHERE t.pk = o.pk RETURNING t.user_id, 0, t.doc_len - o.doc_len")
 
+    def _context_sql(self, count: int) -> str:
+        """A stored turn's neighbour text is part of its lexemes: the update returns each
+        turn's change of length, as ``_update_sql`` does."""
+        values = ", ".join(["(CAST(? AS BIGINT), ?)"] * count)
+        return (f"UPDATE conversations SET context = v.column2 FROM (VALUES {values}) AS v "
+                "JOIN conversations AS o ON o.pk = v.column1 WHERE conversations.pk = "
+                "v.column1 RETURNING conversations.user_id, 0, conversations.doc_len - o.doc_len")
+
     def _delete_sql(self, table: str, count: int) -> str:
         sql = super()._delete_sql(table, count)
         return f"{sql} RETURNING user_id, -1, -doc_len" if table in TSVECTOR_COLUMNS else sql

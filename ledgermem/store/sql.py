@@ -462,10 +462,15 @@ class SQLStore(ABC):
             self._changed(table, written)
         for start in range(0, len(around), APPEND_CHUNK):
             chunk = around[start:start + APPEND_CHUNK]
-            run("UPDATE conversations SET context = v.column2 FROM (VALUES "
-                + ", ".join(["(CAST(? AS BIGINT), ?)"] * len(chunk))
-                + ") AS v WHERE conversations.pk = v.column1",
-                [value for pair in chunk for value in pair])
+            self._changed("conversations", run(self._context_sql(len(chunk)),
+                                               [value for pair in chunk for value in pair]))
+
+    def _context_sql(self, count: int) -> str:
+        """The UPDATE of ``count`` stored turns' neighbour text (parameters: each turn's
+        ``pk`` and text). What it returns goes to ``_changed``."""
+        return ("UPDATE conversations SET context = v.column2 FROM (VALUES "
+                + ", ".join(["(CAST(? AS BIGINT), ?)"] * count)
+                + ") AS v WHERE conversations.pk = v.column1")
 
     def _insert_sql(self, run: Run, table: str, columns: Sequence[str],
                     rows: Sequence[Sequence[Any]], suffix: str = "") -> tuple[str, list[Any]]:

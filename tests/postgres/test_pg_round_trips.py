@@ -184,6 +184,9 @@ def test_new_rows_join_the_cached_corpus_statistics_without_a_read(
     alice.add_turns([{"role": "user", "content": "Where do the wasps nest?"},
                      {"role": "assistant", "content": "Under the eaves, by the gutter."}],
                     session_id="alice:wasps")
+    # The stored bee turn gets these as its neighbours' text: its length changes too.
+    alice.add_turns([{"role": "assistant", "content": "Swarms settle within a day or two"}],
+                    session_id="alice:bees")
     assert not [sql for sql, _ in seen if "sum(doc_len)" in sql]
     for table in ("knowledge", "conversations"):
         with store._scope(("alice", False)), store._writing() as run:
