@@ -485,8 +485,8 @@ class SQLStore(ABC):
     """Per table, what an INSERT of its rows returns to ``_changed`` (nothing: none)."""
 
     def _changed(self, table: str, rows: list[tuple[Any, ...]]) -> None:
-        """What a projected INSERT (``_insert_returning``), UPDATE (``_update_sql``) or
-        DELETE (``_delete_sql``) of ``table``'s rows returned."""
+        """What a projected INSERT (``_insert_returning``), UPDATE (``_update_sql``,
+        ``_context_sql``) or DELETE (``_delete_sql``) of ``table``'s rows returned."""
         del table, rows
 
     def _neighbour_text(self, run: Run, rows: _Rows
