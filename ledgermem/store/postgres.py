@@ -144,8 +144,9 @@ terms, and 33 of 396 lists of a comparison differed in a score's last bit.)
 Before, the postings were read with a window counting each lexeme's, materialised,
 and for ``two`` sorted by ``pk`` for a second window. Now the counts come first, from
 the index alone, and only the aggregate by ``pk`` holds the postings. On 30,000 turns
-two-of went from 40.6–42.4 / 281–283 to 30.9 / 135 ms p50 / p95, OR from 4.7–6.0 /
-17–19 to 3.6 / 14 (the same rows in the same order in all 396 lists compared).
+two-of went from 41.5 / 283.8 to 33.9 / 145.5 ms p50 / p95, OR from 5.3 / 16.5 to
+3.5 / 15.6 (the same rows in the same order in all 396 lists compared; docs/retrieval.md,
+round ten).
 
 The shape keeps plans sane under stale statistics (a user who just wrote thousands of
 rows may look like a user of one row to the planner): the lexemes are an ``= ANY``
