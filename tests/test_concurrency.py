@@ -114,3 +114,49 @@ def test_a_thread_that_ends_releases_its_connection(tmp_path: Path) -> None:
         assert store.connections() == baseline
     finally:
         store.close()
+
+
+TRACE_WHILE_BUSY = """
+import os, sys, threading
+from ledgermem.store.sqlite import SQLiteStore
+
+store = SQLiteStore(sys.argv[1])
+inside, go = threading.Event(), threading.Event()
+
+
+def wait_here():       # runs inside the statement, holding the connection
+    inside.set()
+    go.wait(5)
+    return 1
+
+
+def busy():
+    store._conn().create_function("wait_here", 0, wait_here)
+    store._read("SELECT wait_here()")
+
+
+worker = threading.Thread(target=busy, daemon=True)
+worker.start()
+inside.wait(5)
+threading.Timer(0.3, go.set).start()
+store.trace(lambda sql: None)
+store.trace(None)
+worker.join(5)
+print("done" if not worker.is_alive() else "stuck")
+os._exit(0)
+"""
+
+
+def test_tracing_starts_and_stops_while_another_thread_runs_a_statement(
+        tmp_path: Path) -> None:
+    """``trace`` does not touch a connection another thread is running a statement on:
+    setting its callback there waited for the connection while holding the interpreter
+    lock, which that statement's callbacks need, and the whole process hung (as a
+    test's ``statements`` block once did while the embedding worker read). Run in a
+    child process, so that a hang fails this test instead of stopping the suite."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", TRACE_WHILE_BUSY, str(tmp_path / "t.db")],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.stdout.strip() == "done", done.stderr

@@ -316,9 +316,9 @@ class TextIndex(Protocol):
         (SQLite: in the whole file; PostgreSQL: this user's rows), each count stopping
         past the cut-off above which a term is common; returns (cut-off, counts). A
         term's count above the cut-off makes it common. Dedup uses them to pick a
-        text's rarest words: PostgreSQL keeps each word's count ``CORPUS_TTL_S`` and
-        adds the rows this process inserts, so another process's writes show once a
-        count expires (a stale count costs the lookup speed, not its answer)."""
+        text's rarest words: each word's count is kept a minute (``WordCounts``) and
+        raised by the rows this process inserts, so another process's writes show once
+        a count expires (a stale count costs the lookup speed, not its answer)."""
 
     @scoped_to_user
     def items_holding_two(self, user_id: str, term_lists: Sequence[Sequence[str]],

@@ -47,7 +47,6 @@ from psycopg.types import TypeInfo
 from psycopg_pool import ConnectionPool
 
 from ..clock import iso, system_clock
-from ..domain.projection import Insert, project
 from ..errors import InvalidInput, SchemaMismatch, StorageError, StoreClosed
 from ..types import Event, ItemQuery
 from .base import (
@@ -74,6 +73,7 @@ from .sql import (
     keyword_hits,
     turn_where_sql,
 )
+from .word_counts import WordCounts
 
 __all__ = ["PostgresStore"]
 
@@ -199,8 +199,6 @@ table: 67,000 rows read for 50 (150 ms at 100,000 turns)."""
 CORPUS_TTL_S = 60.0
 """How long a user's row count and mean row length (BM25's corpus statistics) are
 reused; this process's own writes to the user drop them at once."""
-_WORD = re.compile(r"\w+")
-"""A word of a text, as keyword search splits one (``retrieval.keyword.query_terms``)."""
 UNNEST_ROWS = 8
 """Rows from which an INSERT passes one array per column (``_insert_sql``)."""
 _ARRAY_VALUE: dict[str, Callable[[Any], Any]] = {
@@ -214,8 +212,6 @@ a round trip per store call: six per LoCoMo search, 2.0 ms of its 13. A connecti
 that broke since it was last used is still caught at its next hand-out once idle this
 long, as after a server restart; a failure sooner reaches the caller as a
 ``StorageError`` and the pool drops that connection."""
-WORD_COUNTS_KEPT = 100_000
-"""Words whose counts ``term_counts`` keeps (``CORPUS_TTL_S`` each), over all users."""
 LEXEMES_KEPT = 100_000
 """Words whose lexemes a store keeps (``_lexemes``); past it they are dropped at once."""
 COUNTED_WORDS = 10_000
@@ -374,15 +370,11 @@ class PostgresStore(SQLStore):
         self._counted: dict[tuple[str, str, str, int], tuple[tuple[int, int, float], int]] = {}
         """(table, user, word, cut-off) → (the ``_corpora`` entry counted under, the
         word's count): ``_common_terms``."""
-        self._word_counts: dict[tuple[str, str, str], tuple[int, int, float]] = {}
-        """(table, user, word) → (its count, the cut-off it was counted to, until when
-        to trust it): ``term_counts``."""
+        self._words = WordCounts(CORPUS_TTL_S, per_user=True)
         self._columns: dict[str, dict[str, str]] = {}
         """Per table, its columns' types: ``_column_types``."""
         self._word_lexemes: dict[str, tuple[str, ...]] = {}
         """Each word's lexemes: ``_lexemes``."""
-        self._word_tables: set[str] = set()
-        """The tables of ``_word_counts``' words."""
         self._idle_since: weakref.WeakKeyDictionary[Conn, float] = (
             weakref.WeakKeyDictionary())
         """When each pooled connection was last given back (``_check``). Stamped by
@@ -644,8 +636,6 @@ class PostgresStore(SQLStore):
         self._local.changed = {}
         super().append(events)  # scoped to the events' users (RowScope.EVENTS)
         self._count_changes()
-        if self._word_counts:
-            self._count_words(_inserts(events))
 
     def _insert_sql(self, run: Run, table: str, columns: Sequence[str],
                     rows: Sequence[Sequence[Any]], suffix: str = "") -> tuple[str, list[Any]]:
@@ -729,22 +719,6 @@ class PostgresStore(SQLStore):
             else:
                 self._corpora[key] = (cached[0] + rows, cached[1] + length, cached[2])
 
-    def _count_words(self, inserts: Sequence[tuple[str, str, Mapping[str, Any]]]) -> None:
-        """Add the rows an append inserts (``_text_changes``: table, user, values) to
-        the kept counts of their words (``term_counts``), so that this process's own
-        writes keep them current; other processes' writes are seen once a count
-        expires (``CORPUS_TTL_S``)."""
-        for table, user_id, values in inserts:
-            if table not in self._word_tables:
-                continue
-            text = " ".join(str(values.get(column) or "")
-                            for column in ("content", "entity", "name"))
-            for word in set(_WORD.findall(text.lower())):
-                key = (table, user_id, word)
-                kept = self._word_counts.get(key)
-                if kept is not None and kept[0] <= kept[1]:
-                    self._word_counts[key] = (kept[0] + 1, kept[1], kept[2])
-
     def redact(self, user_id: str, subject_id: str) -> None:
         super().redact(user_id, subject_id)
         self._forget_words(user_id)
@@ -755,10 +729,9 @@ class PostgresStore(SQLStore):
         return removed
 
     def _forget_words(self, user_id: str) -> None:
-        """Drop the kept counts of ``user_id``'s words: no word of a redacted text or a
-        deleted user stays in this process."""
-        for key in [key for key in self._word_counts if key[1] == user_id]:
-            del self._word_counts[key]
+        """Drop the common-term rule's kept counts of ``user_id``'s words (dedup's go in
+        ``SQLStore``): no word of a redacted text or a deleted user stays in this
+        process."""
         for counted in [key for key in self._counted if key[1] == user_id]:
             del self._counted[counted]
 
@@ -880,23 +853,10 @@ class PostgresStore(SQLStore):
         rows, and each term's postings stopping past it (``_term_counts``)."""
         with self._writing() as run:
             cutoff = common_term_rows(self._corpus(run, table, user_id)[0])
-            now = time.monotonic()
-            counts: dict[str, int] = {}
-            missing = []
-            for word in sorted(set(terms)):
-                kept = self._word_counts.get((table, user_id, word))
-                if kept is not None and kept[1] == cutoff and kept[2] > now:
-                    counts[word] = kept[0]
-                else:
-                    missing.append(word)
+            counts, missing = self._words.known(table, user_id, sorted(set(terms)), cutoff)
             if missing:
                 fresh = self._term_counts(run, table, user_id, missing, cutoff)
-                if len(self._word_counts) + len(fresh) > WORD_COUNTS_KEPT:
-                    self._word_counts.clear()
-                until = now + CORPUS_TTL_S
-                self._word_tables.add(table)
-                for word, count in fresh.items():
-                    self._word_counts[(table, user_id, word)] = (count, cutoff, until)
+                self._words.keep(table, user_id, fresh, cutoff)
                 counts.update(fresh)
             return cutoff, counts
 
@@ -1108,14 +1068,6 @@ class PostgresStore(SQLStore):
             for table in ("knowledge", "conversations"):
                 run(f"UPDATE {table} SET embedding = NULL, embedding_model = NULL, "
                     "emb_seq = NULL WHERE embedding IS NOT NULL", [])
-
-
-def _inserts(events: Sequence[Event]) -> list[tuple[str, str, Mapping[str, Any]]]:
-    """The rows ``events`` insert into the keyword-searched tables (table, user,
-    values), from the projection."""
-    return [(change.table, event.user_id, change.values) for event in events
-            for change in project(event)
-            if isinstance(change, Insert) and change.table in TSVECTOR_COLUMNS]
 
 
 def _every(table: str, user_id: str, lexemes: Sequence[str]) -> tuple[str, list[Any]]:

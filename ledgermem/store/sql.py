@@ -31,6 +31,7 @@ from .base import (
     holding_two,
     iter_chunks,
 )
+from .word_counts import WordCounts
 
 Run = Callable[[str, Sequence[Any]], list[tuple[Any, ...]]]
 """Executes one statement inside a write transaction and returns its rows."""
@@ -334,6 +335,8 @@ class SQLStore(ABC):
     """Ledger projection and the queries that read the same on every SQL backend."""
 
     url: str
+    _words: WordCounts
+    """Dedup's kept word counts (``term_counts``), raised by the rows inserted here."""
 
     # backend hooks ----------------------------------------------------------------
     @abstractmethod
@@ -460,6 +463,7 @@ class SQLStore(ABC):
             conflict + (f" RETURNING {returning}" if returning else "")))
         if returning:
             self._changed(table, written)
+        self._words.inserted(table, columns, values)
         for start in range(0, len(around), APPEND_CHUNK):
             chunk = around[start:start + APPEND_CHUNK]
             self._changed("conversations", run(self._context_sql(len(chunk)),
@@ -579,6 +583,7 @@ class SQLStore(ABC):
                     [json.dumps(_redacted(json.loads(payload))), seq])
             if rows:  # a reembed in progress (or killed) holds a staged copy of the text
                 run("DELETE FROM embedding_staging WHERE id = ?", [subject_id])
+        self._words.forget(user_id)   # no word of the redacted text stays in this process
 
     def delete_user(self, user_id: str) -> int:
         with self._writing() as run:
@@ -590,7 +595,8 @@ class SQLStore(ABC):
                 run(f"DELETE FROM {table} WHERE user_id = ?", [user_id])
             count = run("SELECT count(*) FROM events WHERE user_id = ?", [user_id])[0][0]
             run("DELETE FROM events WHERE user_id = ?", [user_id])
-            return int(count)
+        self._words.forget(user_id)
+        return int(count)
 
     def rebuild(self) -> None:
         with self._writing() as run:

@@ -40,6 +40,7 @@ from .sql import (
     turn_where_sql,
 )
 from .vector_index import UserVectors, VectorIndex
+from .word_counts import WordCounts
 
 __all__ = ["SQLiteStore", "fts_match_sql"]
 
@@ -165,6 +166,7 @@ class SQLiteStore(SQLStore):
         self._appended = 0
         self._counted: dict[str, tuple[int, float, int, dict[str, int]]] = {}
         """table → (``_appended``, expiry, cut-off, each word's count): ``_term_counts``."""
+        self._words = WordCounts(KEYWORD_STATS_TTL_S, per_user=False)
         self._indexes: dict[str, VectorIndex] = {"knowledge": VectorIndex(),
                                                  "conversations": VectorIndex()}
         self._migrate(migrations)
@@ -187,12 +189,16 @@ class SQLiteStore(SQLStore):
                 conn.execute("PRAGMA secure_delete = ON")
             self._local.conn = conn
             self._local.depth = 0
+            self._local.tracer = None
             with self._connections_lock:
                 self._connections.append(conn)
-                conn.set_trace_callback(self._tracer)
             # A thread that ends takes its connection with it (worker pools such as
             # anyio's retire idle threads and start new ones).
             weakref.finalize(threading.current_thread(), self._release, conn)
+        if self._local.tracer is not self._tracer:
+            # Set by the connection's own thread (see ``trace``).
+            self._local.tracer = self._tracer
+            conn.set_trace_callback(self._tracer)
         return conn
 
     def _release(self, conn: sqlite3.Connection) -> None:
@@ -209,11 +215,14 @@ class SQLiteStore(SQLStore):
 
     def trace(self, callback: Callable[[str], object] | None) -> None:
         """Call ``callback(sql)`` with every statement any connection of this store
-        runs from now on (None stops): a cheap way to see what a call costs."""
-        with self._connections_lock:
-            self._tracer = callback
-            for conn in self._connections:
-                conn.set_trace_callback(callback)
+        runs from now on (None stops): a cheap way to see what a call costs.
+
+        Each thread's connection takes the new callback when that thread next asks for
+        it, before its next statement or transaction: setting it from here, while
+        another thread's statement holds that connection and calls the old callback,
+        would wait on the connection holding the interpreter lock that callback
+        waits for."""
+        self._tracer = callback
 
     def close(self) -> None:
         self._closed = True
@@ -493,19 +502,36 @@ class SQLiteStore(SQLStore):
 
     def term_counts(self, user_id: str, table: Table, terms: Sequence[str]
                     ) -> tuple[int, dict[str, int]]:
-        return self._term_counts(f"{table}_fts", table, terms)
+        """Counted in the whole file as ``_term_counts`` counts, and kept in ``_words``
+        with the cut-off they were counted to: no statement when every word is kept,
+        else one per ``TERMS_PER_STATEMENT`` words not kept (and, when the rows grew
+        past a step of the cut-off, one for the kept words that stopped past the old
+        one)."""
+        fts, words = f"{table}_fts", sorted(set(terms))
+        cutoff = self._words.cutoff(table, user_id)
+        counts, missing = (({}, words) if cutoff is None
+                           else self._words.known(table, user_id, words, cutoff))
+        if missing or cutoff is None:
+            now, fresh = self._count_words(fts, table, missing)
+            if cutoff is not None and now != cutoff:
+                counts, again = self._words.known(
+                    table, user_id, [word for word in words if word not in fresh], now)
+                if again:
+                    fresh.update(self._count_words(fts, table, again)[1])
+            cutoff = now
+            self._words.keep(table, user_id, fresh, cutoff)
+            counts.update(fresh)
+        return cutoff, counts
 
     def _term_counts(self, fts: str, table: str, terms: Sequence[str]
                      ) -> tuple[int, dict[str, int]]:
         """``common_term_rows`` of the whole file (FTS5's BM25 statistics are the
         file's) and each term's rows, each count stopping past that cut-off.
 
-        One statement for the corpus size and up to ``TERMS_PER_STATEMENT`` terms (a
-        statement per term cost a search 1 + n statements twice, for turns and for the
-        knowledge they gave). Each word's count is kept until this process appends an
-        event (or ``KEYWORD_STATS_TTL_S``), and only the words not kept are counted: a
-        search counts its words for the ``and`` search and again for the ``or`` one,
-        and a time-naming one again without its time words (for the rows inside the
+        Each word's count is kept until this process appends an event (or
+        ``KEYWORD_STATS_TTL_S``), and only the words not kept are counted: a search
+        counts its words for the ``and`` search and again for the ``or`` one, and a
+        time-naming one again without its time words (for the rows inside the
         window)."""
         words = sorted(set(terms))
         now, appended = time.monotonic(), self._appended
@@ -516,20 +542,29 @@ class SQLiteStore(SQLStore):
         known = kept[3]
         missing = [word for word in words if word not in known]
         if missing or not known:
-            limit, limit_params = common_term_rows_sql(
-                f"SELECT coalesce(max(pk), 0) FROM {table}")
-            cutoff = 0
-            for part in list(iter_chunks(missing, TERMS_PER_STATEMENT)) or [[]]:
-                columns = "".join(f", (SELECT count(*) FROM (SELECT 1 FROM {fts} WHERE {fts} "
-                                  f"MATCH ? LIMIT {limit} + 1))" for _ in part)
-                params: list[Any] = list(limit_params)
-                for word in part:
-                    params += [fts_match_sql([word], "or"), *limit_params]
-                row = self._read(f"SELECT {limit}{columns}", params)[0]
-                cutoff = row[0]
-                known.update(zip(part, row[1:], strict=True))
+            cutoff, counted = self._count_words(fts, table, missing)
+            known.update(counted)
             kept = self._counted[table] = (kept[0], kept[1], cutoff, known)
         return kept[2], {word: known[word] for word in words}
+
+    def _count_words(self, fts: str, table: str, words: Sequence[str]
+                     ) -> tuple[int, dict[str, int]]:
+        """The cut-off and each word's rows, counted past it no further: one statement
+        for the corpus size and up to ``TERMS_PER_STATEMENT`` words (a statement per
+        word cost a search 1 + n statements twice, for turns and for the knowledge they
+        gave)."""
+        limit, limit_params = common_term_rows_sql(f"SELECT coalesce(max(pk), 0) FROM {table}")
+        cutoff, counts = 0, dict[str, int]()
+        for part in list(iter_chunks(words, TERMS_PER_STATEMENT)) or [[]]:
+            columns = "".join(f", (SELECT count(*) FROM (SELECT 1 FROM {fts} WHERE {fts} "
+                              f"MATCH ? LIMIT {limit} + 1))" for _ in part)
+            params: list[Any] = list(limit_params)
+            for word in part:
+                params += [fts_match_sql([word], "or"), *limit_params]
+            row = self._read(f"SELECT {limit}{columns}", params)[0]
+            cutoff = row[0]
+            counts.update(zip(part, row[1:], strict=True))
+        return cutoff, counts
 
     def redact(self, user_id: str, subject_id: str) -> None:
         with self._writing():

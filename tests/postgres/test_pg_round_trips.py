@@ -89,61 +89,6 @@ def test_a_batch_takes_the_lock_once(pg_memory: Memory,
 
 
 
-def test_dedup_counts_only_the_words_it_has_not_counted(
-        pg_memory: Memory, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``term_counts`` keeps each word's count (``CORPUS_TTL_S``): a ``remember`` counts
-    only its words not counted yet (counting a word costs a scan of its postings, at
-    100,000 items most of a ``remember``). Another process's writes are seen once a
-    count expires."""
-    alice = pg_memory.for_user("alice")
-    alice.remember("Alice keeps bees on the roof", dedup=False)
-    store = pg_memory.store
-    assert isinstance(store, PostgresStore)
-    store.term_counts("alice", "knowledge", ["alice", "keeps", "bees", "roof"])
-    counted: list[list[str]] = []
-    count = PostgresStore._term_counts
-
-    def counting(self: PostgresStore, run: Any, table: str, user_id: str,
-                 terms: Sequence[str], cutoff: int) -> dict[str, int]:
-        counted.append(list(terms))
-        return count(self, run, table, user_id, terms, cutoff)
-
-    monkeypatch.setattr(PostgresStore, "_term_counts", counting)
-    assert store.term_counts("alice", "knowledge", ["bees", "roof"])[1] == {"bees": 1,
-                                                                           "roof": 1}
-    assert counted == []
-    alice.remember("Alice keeps wasps in the cellar")
-    assert counted == [["cellar", "wasps"]]
-    # Another process's write is not seen by a kept count...
-    other = Memory(PostgresStore(pg_url), embedder=None)
-    try:
-        other.for_user("alice").remember("Bees swarm in May", dedup=False)
-    finally:
-        other.close()
-    assert store.term_counts("alice", "knowledge", ["bees"])[1] == {"bees": 1}
-    # ...until it expires.
-    for key, (number, cutoff, _) in list(store._word_counts.items()):
-        store._word_counts[key] = (number, cutoff, 0.0)
-    assert store.term_counts("alice", "knowledge", ["bees"])[1] == {"bees": 2}
-    assert counted[-1] == ["bees"]
-
-
-def test_no_word_of_a_deleted_user_stays_counted(pg_memory: Memory) -> None:
-    alice = pg_memory.for_user("alice")
-    item = alice.remember("Alice hides the spare key under the heron statue", dedup=False)
-    pg_memory.for_user("bob").remember("Bob feeds the heron", dedup=False)
-    store = pg_memory.store
-    assert isinstance(store, PostgresStore)
-    for user in ("alice", "bob"):
-        store.term_counts(user, "knowledge", ["heron", "statue", "key"])
-    alice.forget(item.id)  # blanks its text in the ledger too
-    assert not [key for key in store._word_counts if key[1] == "alice"]
-    assert [key for key in store._word_counts if key[1] == "bob"]
-    store.term_counts("alice", "knowledge", ["statue"])
-    alice.forget_user()
-    assert not [key for key in store._word_counts if key[1] == "alice"]
-
-
 def test_a_time_naming_search_counts_its_words_once(
         pg_memory: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Turns are searched for all the query's words, then inside the window for all but
