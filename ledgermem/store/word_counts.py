@@ -5,9 +5,9 @@ Dedup picks a text's rarest words by these counts and then reads those words'
 postings themselves, so a stale count costs a lookup speed, never its answer. A count
 is therefore kept a while and raised by each row this process inserts holding the
 word, instead of being counted again after every write: a ``remember_many`` batch of
-1,000 texts holds about 2,500 words, and counting them again after each batch cost a
-quarter of the batch on SQLite at 100,000 items: one full-text match a word, about
-60 µs each whatever the word's rows. Another process's writes show once a count expires.
+1,000 texts holds about 2,500 words, and counting them again after each batch cost
+SQLite about 0.25 s a batch at 100,000 items: one full-text match a word, 60–110 µs
+each whatever the word's rows. Another process's writes show once a count expires.
 """
 
 from __future__ import annotations
