@@ -512,13 +512,13 @@ class SQLiteStore(SQLStore):
         counts, missing = (({}, words) if cutoff is None
                            else self._words.known(table, user_id, words, cutoff))
         if missing or cutoff is None:
-            now, fresh = self._count_words(fts, table, missing)
-            if cutoff is not None and now != cutoff:
+            counted_to, fresh = self._count_words(fts, table, missing)
+            if cutoff is not None and counted_to != cutoff:
                 counts, again = self._words.known(
-                    table, user_id, [word for word in words if word not in fresh], now)
+                    table, user_id, [word for word in words if word not in fresh], counted_to)
                 if again:
                     fresh.update(self._count_words(fts, table, again)[1])
-            cutoff = now
+            cutoff = counted_to
             self._words.keep(table, user_id, fresh, cutoff)
             counts.update(fresh)
         return cutoff, counts

@@ -41,7 +41,7 @@ def seen_by_miller() -> list[Event]:
 
 @pytest.fixture
 def llm(server: ScriptedLLMServer) -> Iterator[OpenAICompatibleLLM]:
-    client = OpenAICompatibleLLM("scripted-model", server.url, timeout=0.5, retries=0,
+    client = OpenAICompatibleLLM("scripted-model", server.url, timeout=10.0, retries=0,
                                  validation_retries=0)
     yield client
     client.close()
