@@ -71,6 +71,8 @@ from .sql import (
     embedded_table,
     item_where_sql,
     keyword_hits,
+    marks,
+    pk_text_values,
     turn_where_sql,
 )
 from .word_counts import WordCounts
@@ -682,14 +684,14 @@ class PostgresStore(SQLStore):
         if not TSVECTOR_COLUMNS.get(table, frozenset()).intersection(columns):
             return super()._update_sql(table, sets, columns, count)
         return (f"UPDATE {table} AS t SET {sets} FROM (SELECT pk, doc_len FROM {table} "
-                f"WHERE user_id = ? AND id IN ({', '.join('?' * count)})) AS o "
+                f"WHERE user_id = ? AND id IN ({marks(count)})) AS o "
                 "WHERE t.pk = o.pk RETURNING t.user_id, 0, t.doc_len - o.doc_len")
 
     def _context_sql(self, count: int) -> str:
         """A stored turn's neighbour text is part of its lexemes: the update returns each
         turn's change of length, as ``_update_sql`` does."""
-        values = ", ".join(["(CAST(? AS BIGINT), ?)"] * count)
-        return (f"UPDATE conversations SET context = v.column2 FROM (VALUES {values}) AS v "
+        return (f"UPDATE conversations SET context = v.column2 FROM (VALUES "
+                f"{pk_text_values(count)}) AS v "
                 "JOIN conversations AS o ON o.pk = v.column1 WHERE conversations.pk = "
                 "v.column1 RETURNING conversations.user_id, 0, conversations.doc_len - o.doc_len")
 

@@ -232,13 +232,13 @@ def item_where_sql(user_id: str, query: ItemQuery, prefix: str = "", *,
         clauses.append("1 = 0")
     elif texts is not None and digest:
         clauses.append(f"md5({p}content) IN ({', '.join(['md5(?)'] * len(texts))}) AND "
-                       f"{p}content IN ({_marks(len(texts))})")
+                       f"{p}content IN ({marks(len(texts))})")
         params.extend([*texts, *texts])
     elif texts is not None:
         # The prefix lets an expression index find the row. `|| ''` keeps SQLite from
         # substituting the full text into the prefix expression, which hides the index.
-        clauses.append(f"substr({p}content, 1, 64) IN ({_marks(len(texts))}) AND "
-                       f"{p}content || '' IN ({_marks(len(texts))})")
+        clauses.append(f"substr({p}content, 1, 64) IN ({marks(len(texts))}) AND "
+                       f"{p}content || '' IN ({marks(len(texts))})")
         params.extend([*(text[:64] for text in texts), *texts])
     for column in ("category", "context", "entity", "source"):
         value = getattr(query, column)
@@ -261,7 +261,7 @@ def item_where_sql(user_id: str, query: ItemQuery, prefix: str = "", *,
         clauses.append(f"coalesce({p}valid_from, {p}created_at) <= ?")
         params.append(query.valid_from_max)
     if query.ids is not None:
-        clauses.append(f"{p}id IN ({_marks(len(query.ids)) or 'NULL'})")
+        clauses.append(f"{p}id IN ({marks(len(query.ids)) or 'NULL'})")
         params.extend(query.ids)
     return " AND ".join(clauses), params
 
@@ -285,13 +285,19 @@ def turn_where_sql(user_id: str, query: TurnQuery, prefix: str = "", *,
         clauses.append(f"{p}ts <= ?")
         params.append(query.time_to)
     if query.ids is not None:
-        clauses.append(f"{p}id IN ({_marks(len(query.ids)) or 'NULL'})")
+        clauses.append(f"{p}id IN ({marks(len(query.ids)) or 'NULL'})")
         params.extend(query.ids)
     return " AND ".join(clauses), params
 
 
-def _marks(count: int) -> str:
+def marks(count: int) -> str:
+    """``count`` placeholders, comma-separated."""
     return ", ".join("?" * count)
+
+
+def pk_text_values(count: int) -> str:
+    """A VALUES list of ``count`` (pk, text) pairs: ``column1`` and ``column2``."""
+    return ", ".join(["(CAST(? AS BIGINT), ?)"] * count)
 
 
 _COLUMNS: dict[str, frozenset[str]] = {
@@ -432,12 +438,12 @@ class SQLStore(ABC):
         ``columns``), then the user and the ids as parameters. What it returns goes to
         ``_changed``."""
         del columns
-        return f"UPDATE {table} SET {sets} WHERE user_id = ? AND id IN ({_marks(count)})"
+        return f"UPDATE {table} SET {sets} WHERE user_id = ? AND id IN ({marks(count)})"
 
     def _delete_sql(self, table: str, count: int) -> str:
         """The DELETE of ``count`` of one user's rows of ``table`` by id (parameters: the
         user, the ids). What it returns goes to ``_changed``."""
-        return f"DELETE FROM {table} WHERE user_id = ? AND id IN ({_marks(count)})"
+        return f"DELETE FROM {table} WHERE user_id = ? AND id IN ({marks(count)})"
 
     def _deleted(self, table: str, user_id: str, ids: Sequence[str]) -> None:  # noqa: B027 (a hook)
         """Rows of ``table`` this transaction deleted (forget, prune): a backend that
@@ -472,9 +478,8 @@ class SQLStore(ABC):
     def _context_sql(self, count: int) -> str:
         """The UPDATE of ``count`` stored turns' neighbour text (parameters: each turn's
         ``pk`` and text). What it returns goes to ``_changed``."""
-        return ("UPDATE conversations SET context = v.column2 FROM (VALUES "
-                + ", ".join(["(CAST(? AS BIGINT), ?)"] * count)
-                + ") AS v WHERE conversations.pk = v.column1")
+        return (f"UPDATE conversations SET context = v.column2 FROM (VALUES "
+                f"{pk_text_values(count)}) AS v WHERE conversations.pk = v.column1")
 
     def _insert_sql(self, run: Run, table: str, columns: Sequence[str],
                     rows: Sequence[Sequence[Any]], suffix: str = "") -> tuple[str, list[Any]]:
@@ -482,7 +487,7 @@ class SQLStore(ABC):
         ``suffix`` (ON CONFLICT, RETURNING) after: a multi-row VALUES list."""
         del run
         return (f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
-                + ", ".join([f"({_marks(len(columns))})"] * len(rows)) + suffix,
+                + ", ".join([f"({marks(len(columns))})"] * len(rows)) + suffix,
                 [value for row in rows for value in row])
 
     _insert_returning: ClassVar[Mapping[str, str]] = {}
@@ -555,7 +560,7 @@ class SQLStore(ABC):
             clauses.append("subject_id = ?")
             params.append(subject_id)
         if kinds:
-            clauses.append(f"kind IN ({_marks(len(kinds))})")
+            clauses.append(f"kind IN ({marks(len(kinds))})")
             params.extend(kinds)
         if since is not None:
             clauses.append("ts >= ?")
@@ -643,7 +648,7 @@ class SQLStore(ABC):
         where, params = item_where_sql(user_id, ItemQuery(), by_id=self._hint_ids)
         for chunk in iter_chunks(sorted({pk for pks in held if pks for pk in pks})):
             ids.update(self._read(f"SELECT pk, id FROM knowledge WHERE pk IN "
-                                  f"({_marks(len(chunk))}) AND {where}", [*chunk, *params]))
+                                  f"({marks(len(chunk))}) AND {where}", [*chunk, *params]))
         found: list[list[str] | None] = []
         for pks in held:
             kept = None if pks is None else sorted(
@@ -862,7 +867,7 @@ class SQLStore(ABC):
             return []
         rows = self._read(
             f"SELECT user_id, extraction_batch, id FROM conversations WHERE {pending} AND "
-            f"extraction_batch IN ({_marks(len(batches))}) ORDER BY pk",
+            f"extraction_batch IN ({marks(len(batches))}) ORDER BY pk",
             [*params, *(b for _, b in batches)])
         grouped: dict[tuple[str, str], list[str]] = {(u, b): [] for u, b in batches}
         for user_id, batch, turn_id in rows:
@@ -897,7 +902,7 @@ class SQLStore(ABC):
                 got = run(
                     f"UPDATE conversations SET extraction_claim = ?, extraction_claim_until = "
                     f"{keep} WHERE user_id = ? AND extraction = 'pending' AND {condition} AND "
-                    f"id IN ({_marks(len(wanted))}) RETURNING id",
+                    f"id IN ({marks(len(wanted))}) RETURNING id",
                     [holder, *([] if until is None else [until]), user_id, *params, *wanted])
                 if len(got) != len(wanted):
                     raise _NotAll
@@ -1001,7 +1006,7 @@ class SQLStore(ABC):
     # API keys ---------------------------------------------------------------------
     def add_api_key(self, key: StoredKey) -> None:
         with self._writing() as run:
-            run(f"INSERT INTO api_keys ({', '.join(KEY_COLUMNS)}) VALUES ({_marks(8)})",
+            run(f"INSERT INTO api_keys ({', '.join(KEY_COLUMNS)}) VALUES ({marks(8)})",
                 [key.key_id, key.user_id, key.agent_id, key.label, key.admin,
                  key.secret_hash, key.created_at, key.revoked_at])
 
