@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -9,8 +12,9 @@ from ledgermem import Memory, SchemaMismatch, SearchOptions
 from ledgermem.memory import open_store
 from ledgermem.providers.embedders import embedder_from_name, normalise
 from ledgermem.retrieval.embedding import count_unstaged, reembed
+from ledgermem.store.base import ItemQuery
 from ledgermem.testing import HashEmbedder
-from tests.support import rows, stored_embedding
+from tests.support import rows, stored_embedding, traced
 
 
 def open_memory(db_url: str, dims: int = 64, **options: object) -> Memory:
@@ -67,6 +71,62 @@ def test_vector_search_applies_filters_before_ranking(db_url: str) -> None:
     mem.flush()
     hits = alice.search("budget", context="personal", top_k=3, touch=False)
     assert [h.id for h in hits] == [wanted.id]
+    mem.close()
+
+
+def test_a_rewritten_item_is_not_scored_by_its_old_vector(db_url: str) -> None:
+    """A vector search scores only the vectors the rows still hold: an item whose text
+    was rewritten (here by another process, without an embedder) drops out of vector
+    results until its new text is embedded, even for a searcher whose index loaded the
+    old vector, and a forgotten one does not come back."""
+    embedder = HashEmbedder(dimensions=64)
+    with open_memory(db_url) as writer:
+        boat = writer.for_user("alice").remember("The boat is moored in Porto")
+        kept = writer.for_user("alice").remember("The caravan is parked in Faro")
+        writer.flush()
+    searcher = open_store(db_url)
+    old = embedder.embed_query("The boat is moored in Porto")
+
+    def found(vector: list[float]) -> list[str]:
+        return [i for i, _ in searcher.vector_search_items("alice", vector, ItemQuery(), 5)]
+
+    assert found(old)[0] == boat.id                      # the index holds its vector
+    with Memory(open_store(db_url), embedder=None) as other:
+        other.for_user("alice").update(boat.id, content="Grandma's soup needs cardamom")
+        other.for_user("alice").forget(kept.id)
+    assert found(old) == []
+    with open_memory(db_url) as writer:                  # the new text embedded
+        assert writer.flush() == 1
+    assert found(embedder.embed_query("Grandma's soup needs cardamom")) == [boat.id]
+    searcher.close()
+
+
+def test_vector_candidates_are_checked_through_the_vector_number_index(
+        tmp_path: Path) -> None:
+    """SQLite checks a search's best vectors against the table by their ``emb_seq``
+    (the ``(user_id, emb_seq)`` index; alone, without reading a row, when the search
+    has no filter), not by id: a probe of the id index and one of the table each."""
+    mem = open_memory(str(tmp_path / "m.db"), search=SearchOptions(mode="vector"))
+    alice = mem.for_user("alice")
+    for n in range(20):
+        alice.remember(f"note {n} about the garden", context="home" if n % 2 else "work")
+        alice.add_turn("user", f"turn {n} about the garden")
+    mem.flush()
+    store: Any = mem.store
+    for search, index in ((lambda: alice.search("garden", touch=False),
+                           "knowledge_emb"),
+                          (lambda: alice.search("garden", context="home", touch=False),
+                           "knowledge_emb"),
+                          (lambda: alice.search_conversations("garden"), "conversations_emb")):
+        with traced(store, lambda sql: "emb_seq IN (" in sql) as seen:
+            assert search()
+        assert seen, "no check by emb_seq"
+        for sql in seen:
+            plan = " ".join(str(r[-1]) for r in store._read("EXPLAIN QUERY PLAN " + sql))
+            assert f"INDEX {index} (user_id=? AND emb_seq=?)" in plan, plan
+    unfiltered = next(sql for sql in seen if "conversations" in sql)
+    plan = " ".join(str(r[-1]) for r in store._read("EXPLAIN QUERY PLAN " + unfiltered))
+    assert "COVERING INDEX conversations_emb" in plan, plan
     mem.close()
 
 

@@ -37,6 +37,7 @@ from .sql import (
     embedded_table,
     item_where_sql,
     keyword_hits,
+    marks,
     turn_where_sql,
 )
 from .vector_index import UserVectors, VectorIndex
@@ -859,7 +860,14 @@ class SQLiteStore(SQLStore):
     def _filtered(self, table: Table, block: UserVectors, scores: Any, where: str,
                   params: list[Any], limit: int) -> list[tuple[str, float]]:
         """The best-scored rows that pass the SQL filters, reading growing slices of
-        the ranking until ``limit`` rows pass (or every scored row was tried)."""
+        the ranking until ``limit`` rows pass (or every scored row was tried).
+
+        Rows are looked up by the ``emb_seq`` of the vector scored, through the
+        ``(user_id, emb_seq)`` index: only a row that still holds that vector passes
+        (one deleted, or rewritten and not embedded again yet, by this process or
+        another, does not: as on PostgreSQL, whose search reads the stored vector).
+        Unfiltered, the index alone answers; by id, each row cost a probe of the id
+        index and one of the table (0.38 → 0.15 ms for 75 rows of a LoCoMo search)."""
         found: list[tuple[str, float]] = []
         # Most rows pass (the filters are the caller's; dead rows never score): a first
         # slice of 1.5 × limit, growing 4× while too few pass. Checking 4 × limit ids
@@ -872,23 +880,24 @@ class SQLiteStore(SQLStore):
             step *= 4
             if not chunk:
                 break
-            ids = [block.ids[i] for i in chunk]
+            seqs = [int(block.seqs[i]) for i in chunk]
             keep = {r[0] for r in self._read(
-                f"SELECT id FROM {table} WHERE {where} AND id IN ({', '.join('?' * len(ids))})",
-                [*params, *ids])}
-            found += [(block.ids[i], float(scores[i])) for i in chunk if block.ids[i] in keep]
+                f"SELECT emb_seq FROM {table} INDEXED BY {table}_emb WHERE {where} "
+                f"AND emb_seq IN ({marks(len(seqs))})", [*params, *seqs])}
+            found += [(block.ids[i], float(scores[i]))
+                      for i, seq in zip(chunk, seqs, strict=True) if seq in keep]
         return found[:limit]
 
     def vector_search_items(
         self, user_id: str, vector: Vector, query: ItemQuery, limit: int
     ) -> list[tuple[str, float]]:
-        where, params = item_where_sql(user_id, query, by_id=True)
+        where, params = item_where_sql(user_id, query)
         return self._vector_search("knowledge", user_id, vector, where, params, limit)
 
     def vector_search_turns(
         self, user_id: str, vector: Vector, query: TurnQuery, limit: int
     ) -> list[tuple[str, float]]:
-        where, params = turn_where_sql(user_id, query, by_id=True)
+        where, params = turn_where_sql(user_id, query)
         return self._vector_search("conversations", user_id, vector, where, params, limit)
 
     def _vector_param(self, vector: Vector) -> Any:
