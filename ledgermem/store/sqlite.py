@@ -132,6 +132,11 @@ the range holds at most ``SPAN_ROWS`` of the user's turns (``SQLiteStore._turn_s
 SHARE_RECOUNT_ROWS = 1_000
 """A share is also counted again once this process has appended more events since the
 count than the table then held (or than this many): a table that grew from empty."""
+FEW_PASS_SHARE = 0.1
+FEW_PASS_ROWS = 10_000
+"""A vector search whose first slice of best rows had fewer than ``FEW_PASS_SHARE`` of
+them pass its filters reads every row that passes (when at most ``FEW_PASS_ROWS`` do)
+and ranks those, instead of checking ever larger slices (``SQLiteStore._filtered``)."""
 
 
 class SQLiteStore(SQLStore):
@@ -860,7 +865,8 @@ class SQLiteStore(SQLStore):
     def _filtered(self, table: Table, block: UserVectors, scores: Any, where: str,
                   params: list[Any], limit: int) -> list[tuple[str, float]]:
         """The best-scored rows that pass the SQL filters, reading growing slices of
-        the ranking until ``limit`` rows pass (or every scored row was tried).
+        the ranking until ``limit`` rows pass (or every scored row was tried); when few
+        of the first slice pass (``FEW_PASS_SHARE``), those of the rows that pass.
 
         Rows are looked up by the ``emb_seq`` of the vector scored, through the
         ``(user_id, emb_seq)`` index: only a row that still holds that vector passes
@@ -876,8 +882,6 @@ class SQLiteStore(SQLStore):
         while len(found) < limit and start < block.count:
             chunk = [int(i) for i in block.best(scores, start, start + step)
                      if np.isfinite(scores[i])]
-            start += step
-            step *= 4
             if not chunk:
                 break
             seqs = [int(block.seqs[i]) for i in chunk]
@@ -886,6 +890,17 @@ class SQLiteStore(SQLStore):
                 f"AND emb_seq IN ({marks(len(seqs))})", [*params, *seqs])}
             found += [(block.ids[i], float(scores[i]))
                       for i, seq in zip(chunk, seqs, strict=True) if seq in keep]
+            if (not start and step < block.count
+                    and len(found) < min(limit, FEW_PASS_SHARE * len(chunk))):
+                # Few rows pass: slices would check most of the scope to find them
+                # (3.6 s at 100,000 items for a filter no row passes). ``+emb_seq``:
+                # the filters' index, not a walk of the user's rows by vector number.
+                passing = self._read(f"SELECT emb_seq FROM {table} WHERE {where} AND "
+                                     f"+emb_seq IS NOT NULL LIMIT {FEW_PASS_ROWS + 1}", params)
+                if len(passing) <= FEW_PASS_ROWS:
+                    return _best_of(block, scores, [r[0] for r in passing], limit)
+            start += step
+            step *= 4
         return found[:limit]
 
     def vector_search_items(
@@ -938,3 +953,13 @@ class SQLiteStore(SQLStore):
         for table, row_id, blob, model, seq in kept:
             run(f"UPDATE {table} SET embedding = ?, embedding_model = ?, emb_seq = ? "
                 "WHERE id = ?", [blob, model, seq, row_id])
+
+
+def _best_of(block: UserVectors, scores: Any, seqs: Sequence[int], limit: int
+             ) -> list[tuple[str, float]]:
+    """The ``limit`` best-scored rows of ``block`` among those holding the vectors
+    numbered ``seqs``, as (id, score), best first."""
+    rows = np.flatnonzero(np.isin(block.seqs[: block.count], np.asarray(seqs, dtype=np.int64))
+                          & np.isfinite(scores[: block.count]))
+    rows = rows[np.argsort(-scores[rows], kind="stable")][:limit]
+    return [(block.ids[i], float(scores[i])) for i in rows]
