@@ -11,6 +11,7 @@ import anyio
 import pytest
 
 from ledgermem import AsyncMemory, InvalidInput, Memory, UserMemory
+from ledgermem.domain import dedup
 from ledgermem.store.sql import SQLStore
 from tests.support import FakeClock
 
@@ -54,6 +55,29 @@ def test_remember_many_matches_one_remember_at_a_time(mem: Memory) -> None:
     assert got[0].id == got[2].id
     assert _state(many) == _state(one)
     assert mem.verify()["problems"] == []
+
+
+def test_templated_entries_are_compared_only_with_those_holding_their_number(
+        mem: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Notes from one template share every word but their number: each entry is read
+    against the earlier entries holding its number, not against all of them (a batch of
+    1,000 such notes compared 499,500 pairs in 20 s), and still merges its restatement
+    and the one earlier entry with its number."""
+    compared: list[tuple[str, str]] = []
+    restates = dedup.restates
+    monkeypatch.setattr(dedup, "restates",
+                        lambda text, other: compared.append((text, other)) or restates(text, other))
+    entries = [f"Work note {n} on the quarterly budget" for n in range(300)]
+    entries += ["Work note 17 on the quarterly budget.", "Work note 17 on the yearly budget"]
+    items = mem.for_user("alice").remember_many(entries)
+    assert [i.written for i in items].count("merged") == 1
+    assert items[300].id == items[17].id and items[301].id != items[17].id
+    assert len({i.id for i in items}) == 301
+    assert len(compared) <= 2, compared     # note 17 against its restatement and variant
+    # Without a number, dates or names, the words still decide.
+    more = mem.for_user("bob").remember_many(["Likes the color blue", "Likes the colour blue",
+                                              "likes the color blue!"])
+    assert [i.written for i in more] == ["added", "added", "merged"]
 
 
 def test_items_come_back_in_input_order_with_every_field(alice: UserMemory) -> None:

@@ -21,7 +21,7 @@ from typing import Any, Literal, NamedTuple
 
 from ..clock import Clock, iso, new_id
 from ..errors import InvalidInput, NotFound
-from ..retrieval.keyword import query_terms, word_set
+from ..retrieval.keyword import query_terms
 from ..store.base import POSTINGS_CAP, Store, holding_two, iter_chunks
 from ..types import CATEGORIES, SOURCES, START_CONFIDENCE, Event, Item, ItemQuery, Scope
 from ..validation import (
@@ -35,7 +35,7 @@ from ..validation import (
     clean_context,
     clean_entity,
 )
-from .dedup import dedup_terms, overlaps, twin_of
+from .dedup import Said, dedup_terms, overlaps, said, twin_of
 from .lineage import lineage
 from .planners import (
     Revision,
@@ -410,23 +410,35 @@ class Batch:
         """Whether some text was added or changed (embedding has work)."""
         self._items: dict[str, Item] = {}
         self._by_word: dict[str, list[str]] = {}
+        self._by_token: dict[str, list[str]] = {}
         self._by_text: dict[str, list[str]] = {}
-        self._words: dict[str, frozenset[str]] = {}
+        self._terms: dict[str, frozenset[str]] = {}
+        self._said: dict[str, Said] = {}
 
     def twin(self, draft: Draft, chosen: Sequence[str], stored: Sequence[Item]
              ) -> Item | None:
         """The item ``draft`` restates among ``stored`` (as this batch left them) and
         the items this batch added or changed. ``chosen``: its ``dedup_terms``."""
-        near = dict.fromkeys(self._by_text.get(draft.text, []))
-        # As in the store: the items holding two of its rarest words (all, if fewer).
-        near.update(dict.fromkeys(holding_two(
-            [dict.fromkeys(self._by_word.get(word, ())) for word in chosen])))
-        words = word_set(draft.text)
-        # The overlap test first, on word sets kept per item: only a few of the items
-        # sharing a word pass it, and restates() reads both texts again.
+        same = self._by_text.get(draft.text, [])
+        mine = said(draft.text)
+        need = mine.markers - {"¬"}
+        if need:
+            # A restatement holds each of its numbers, dates and names (``restates``):
+            # only the items holding the rarest of them can be one. Templated notes
+            # ("work note 17 on …") share every other word.
+            holders = min((self._by_token.get(marker, []) for marker in need), key=len)
+            enough = min(2, len(set(chosen)))
+            near = dict.fromkeys([*same, *(
+                item_id for item_id in holders
+                if len(self._terms[item_id].intersection(chosen)) >= enough)])
+        else:
+            # As in the store: the items holding two of its rarest words (all, if fewer).
+            near = dict.fromkeys(same)
+            near.update(dict.fromkeys(holding_two(
+                [dict.fromkeys(self._by_word.get(word, ())) for word in chosen])))
+        # The overlap test first: only a few of the items sharing a word pass it.
         ours = [self._items[item_id] for item_id in near
-                if item_id in self._by_text.get(draft.text, ()) or overlaps(
-                    words, self._words[item_id])]
+                if item_id in same or overlaps(mine.words, self._said[item_id].words)]
         return twin_of(draft.text, draft.category, draft.context, draft.entity,
                        [self._items.get(item.id, item) for item in stored] + ours)
 
@@ -441,9 +453,13 @@ class Batch:
                     apply_change(changed, change)
         item = changed[item.id]
         self._items[item.id] = item
-        self._words[item.id] = word_set(item.content)
-        for word in query_terms(item.content, max_terms=512):
+        terms = query_terms(item.content, max_terms=512)
+        self._terms[item.id] = frozenset(terms)
+        for word in terms:
             self._by_word.setdefault(word, []).append(item.id)
+        self._said[item.id] = said(item.content)
+        for token in self._said[item.id].tokens:
+            self._by_token.setdefault(token, []).append(item.id)
         self._by_text.setdefault(item.content, []).append(item.id)
         self.ids.append(item.id)
         self.written.append("added" if twin is None else "merged")
