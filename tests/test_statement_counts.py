@@ -115,9 +115,10 @@ def test_remember_costs_the_same_however_many_candidates(
             assert [sql.split()[0] for sql in writes(seen)] == [
                 "BEGIN", "SAVEPOINT", "INSERT", "INSERT", "INSERT", "INSERT", "RELEASE",
                 "COMMIT"]
-    # The dedup lookup: one count of the rows and of each chosen term, the keyword
-    # candidates, the exact text, one batched read of the candidates.
-    assert counts == [12, 12]
+    # The dedup lookup: one count of the rows and of each chosen term, the postings of
+    # its number ("999", which no row holds, so no read of the rows holding it), the
+    # exact text, one batched read of the candidates.
+    assert counts == [11, 11]
 
 
 def test_add_turns_costs_one_transaction(keyword_mem: Memory) -> None:
@@ -222,12 +223,21 @@ def test_a_wide_window_is_searched_without_reading_all_its_turns(
                                     for s in windowed), query
 
 
-def _many(memory: Memory, count: int, *, dedup: bool, start: int = 0) -> list[str]:
+def _many(memory: Memory, count: int, *, dedup: bool, start: int = 0,
+          numbered: bool = False) -> list[str]:
+    """Entries alike but for one word, which keeps them from restating each other: ``n``
+    (a number, which a restatement must hold), or a letter code of it in a text of five
+    words (four shared are not more than 80%)."""
     alice = memory.for_user("alice")
+    texts = [f"Crate {n} holds jars of quince jam" if numbered
+             else f"crate {_letters(n)} holds quince jam" for n in range(start, start + count)]
     with statements(memory) as seen:
-        alice.remember_many([f"Crate {n} holds jars of quince jam" for n in
-                             range(start, start + count)], dedup=dedup)
+        alice.remember_many(texts, dedup=dedup)
     return issued(seen)
+
+
+def _letters(n: int) -> str:
+    return "".join(chr(ord("a") + int(digit)) for digit in str(n))
 
 
 def test_remember_many_costs_statements_per_chunk_not_per_item(
@@ -260,6 +270,12 @@ def test_remember_many_with_dedup_writes_once_and_reads_a_bounded_amount_per_ite
         # statement an entry. Every word's count, their postings, the items holding an
         # entry's exact text and the candidates' rows are read once for the batch.
         assert (len(large) - len(small)) / 20 == 1
+        # With a number instead, the rows holding it are every candidate: read from its
+        # postings, for the whole batch at once.
+        small = _many(memory, 10, dedup=True, start=300, numbered=True)
+        large = _many(memory, 30, dedup=True, start=400, numbered=True)
+        assert len(large) == len(small)
+        assert not any("bm25(knowledge_fts" in s for s in large)
 
 
 def test_remember_many_of_distinct_texts_reads_as_much_for_ten_or_thirty(

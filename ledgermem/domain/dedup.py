@@ -20,8 +20,8 @@ from typing import NamedTuple
 from ..retrieval.keyword import STOPWORDS, query_terms, word_set
 from ..types import Item
 
-__all__ = ["DEDUP_OVERLAP", "Said", "dedup_terms", "markers", "overlaps", "restates", "said",
-           "twin_of"]
+__all__ = ["DEDUP_OVERLAP", "Said", "dedup_terms", "markers", "overlaps", "rarest_marker",
+           "restates", "said", "twin_of"]
 
 DEDUP_OVERLAP = 0.8
 
@@ -126,3 +126,12 @@ def dedup_terms(text: str, counts: Mapping[str, int] | None = None) -> Sequence[
     if counts is not None:
         terms.sort(key=lambda w: counts.get(w, 0))  # stable: ties stay longest first
     return terms[: max(3, len(terms) // 5 + 2)]
+
+
+def rarest_marker(text: str, counts: Mapping[str, int]) -> tuple[int, str] | None:
+    """Of ``text``'s markers that are also its search terms (a number, a date word, a
+    name: one word each), the one the fewest rows hold by ``counts``, with that count;
+    None when it has none. Every restatement of ``text`` holds it (``restates``)."""
+    terms = set(query_terms(text, max_terms=512))
+    found = [(counts.get(marker, 0), marker) for marker in said(text).markers if marker in terms]
+    return min(found) if found else None

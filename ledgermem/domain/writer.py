@@ -35,7 +35,7 @@ from ..validation import (
     clean_context,
     clean_entity,
 )
-from .dedup import Said, dedup_terms, overlaps, said, twin_of
+from .dedup import Said, dedup_terms, overlaps, rarest_marker, said, twin_of
 from .lineage import lineage
 from .planners import (
     Revision,
@@ -122,24 +122,40 @@ class ItemWriter:
         20,000 items the BM25 top 10 of the rows holding any of the longest words took
         1.3 ms a lookup; this, 0.3–0.6).
 
-        From ``POSTINGS_FROM`` texts on, those whose chosen words are each in at most
-        ``POSTINGS_CAP`` rows are answered together from those words' postings
-        (``Store.items_holding_two``): when no more than ``DEDUP_CANDIDATES`` current
-        items hold two, they are the ranked lookup's rows exactly. Only the others get
-        a lookup of their own.
+        A text whose rarest number, date word or name (``rarest_marker``) is in at most
+        ``DEDUP_CANDIDATES`` rows has for candidates the current items holding that
+        word, read from its postings (``Store.items_holding_two`` of that one word):
+        ``restates`` asks a restatement to hold it. From ``POSTINGS_FROM`` texts on,
+        the others whose chosen words are each in at most ``POSTINGS_CAP`` rows are
+        answered together from those words' postings: when no more than
+        ``DEDUP_CANDIDATES`` current items hold two, they are the ranked lookup's rows
+        exactly. Only the rest get a lookup of their own.
 
-        Statements: one per text looked up alone (its keyword candidates); for a batch,
-        one per ``TERMS_PER_STATEMENT`` chosen words on SQLite (one in all on
-        PostgreSQL) and one per 500 items holding two. Then one per 500 texts for the
+        Statements: one per text looked up alone (its keyword candidates); for the
+        texts answered from postings, one per ``TERMS_PER_STATEMENT`` words read on
+        SQLite (one in all on PostgreSQL) and one per 500 items holding them, once for
+        the marked texts and once for the others. Then one per 500 texts for the
         items holding them exactly (by the content index) and one per 500 candidates.
         ``counts``: ``_word_counts`` of the texts."""
-        few = [index for index, want in enumerate(wanted)
-               if all(counts.get(term, 0) <= POSTINGS_CAP for term in want.terms)
-               ] if len(wanted) >= POSTINGS_FROM else []
-        held = {index: found for part in iter_chunks(few, POSTINGS_TEXTS)
+        # A text with a number, date or name that few rows hold: its restatement holds
+        # that word too, so the rows holding it are every candidate there is, found
+        # from its postings. Templated notes ("Work note 17 on the quarterly budget")
+        # share every other word with thousands of rows, which a ranked lookup scores.
+        marked = {index: rare[1] for index, want in enumerate(wanted)
+                  if (rare := rarest_marker(want.text, counts)) is not None
+                  and rare[0] <= DEDUP_CANDIDATES}
+        held: dict[int, list[str] | None] = {
+            index: found for part in iter_chunks(list(marked), POSTINGS_TEXTS)
                 for index, found in zip(part, self.store.items_holding_two(
-                    user_id, [wanted[index].terms for index in part], DEDUP_CANDIDATES),
-                    strict=True)}
+                    user_id, [[marked[index]] for index in part], DEDUP_CANDIDATES),
+                    strict=True) if found is not None}
+        few = [index for index, want in enumerate(wanted) if index not in held
+               and all(counts.get(term, 0) <= POSTINGS_CAP for term in want.terms)
+               ] if len(wanted) >= POSTINGS_FROM else []
+        held.update({index: found for part in iter_chunks(few, POSTINGS_TEXTS)
+                     for index, found in zip(part, self.store.items_holding_two(
+                         user_id, [wanted[index].terms for index in part], DEDUP_CANDIDATES),
+                         strict=True)})
         keyed = [found if (found := held.get(index)) is not None else [
             item_id for item_id, _ in self.store.keyword_search_items(
                 user_id, list(want.terms), "two",
