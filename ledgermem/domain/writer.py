@@ -428,7 +428,6 @@ class Batch:
         self._by_word: dict[str, list[str]] = {}
         self._by_token: dict[str, list[str]] = {}
         self._by_text: dict[str, list[str]] = {}
-        self._terms: dict[str, frozenset[str]] = {}
         self._said: dict[str, Said] = {}
 
     def twin(self, draft: Draft, chosen: Sequence[str], stored: Sequence[Item]
@@ -442,11 +441,8 @@ class Batch:
             # A restatement holds each of its numbers, dates and names (``restates``):
             # only the items holding the rarest of them can be one. Templated notes
             # ("work note 17 on …") share every other word.
-            holders = min((self._by_token.get(marker, []) for marker in need), key=len)
-            enough = min(2, len(set(chosen)))
-            near = dict.fromkeys([*same, *(
-                item_id for item_id in holders
-                if len(self._terms[item_id].intersection(chosen)) >= enough)])
+            near = dict.fromkeys([*same, *min(
+                (self._by_token.get(marker, []) for marker in need), key=len)])
         else:
             # As in the store: the items holding two of its rarest words (all, if fewer).
             near = dict.fromkeys(same)
@@ -469,9 +465,7 @@ class Batch:
                     apply_change(changed, change)
         item = changed[item.id]
         self._items[item.id] = item
-        terms = query_terms(item.content, max_terms=512)
-        self._terms[item.id] = frozenset(terms)
-        for word in terms:
+        for word in query_terms(item.content, max_terms=512):
             self._by_word.setdefault(word, []).append(item.id)
         self._said[item.id] = said(item.content)
         for token in self._said[item.id].tokens:
