@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from ledgermem import AsyncMemory, InvalidInput, Memory, UserMemory
-from ledgermem.domain import dedup
+from ledgermem.domain import dedup, writer
 from ledgermem.store.sql import SQLStore
 from tests.support import FakeClock
 
@@ -86,6 +86,28 @@ def test_templated_entries_are_compared_only_with_those_holding_their_number(
     dave = mem.for_user("dave")
     dave.remember("Tom is 7")
     assert dave.remember("My son Tom is 7 years old").written == "merged"
+
+
+def test_entries_without_numbers_are_compared_only_with_those_sharing_a_first_word(
+        mem: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a number, date or name, an entry is compared with the earlier entries
+    that can overlap it: those sharing a word with its rarest few in the batch, or whose
+    rarest few it holds (prefix filtering). Entries alike in four words of five do not
+    overlap enough to restate each other; comparing each with all of them took 19.5 s
+    for 4,000."""
+    compared: list[object] = []
+    overlaps = writer.overlaps
+    monkeypatch.setattr(writer, "overlaps",
+                        lambda a, b: compared.append(a) or overlaps(a, b))
+    code = ["".join(chr(ord("a") + int(d)) for d in str(n)) for n in range(400)]
+    items = mem.for_user("alice").remember_many([f"crate {c} holds quince jam" for c in code])
+    assert {i.written for i in items} == {"added"}
+    assert len(compared) < 400, len(compared)          # 79,800 pairs before
+    # A shorter earlier entry that a later one holds whole restates it, though it holds
+    # none of the later one's three rarest words.
+    more = mem.for_user("bob").remember_many(
+        ["likes oat milk", "likes oat milk in strong black coffee"])
+    assert [i.written for i in more] == ["added", "merged"]
 
 
 def test_items_come_back_in_input_order_with_every_field(alice: UserMemory) -> None:

@@ -20,8 +20,8 @@ from typing import NamedTuple
 from ..retrieval.keyword import STOPWORDS, query_terms, word_set
 from ..types import Item
 
-__all__ = ["DEDUP_OVERLAP", "Said", "dedup_terms", "markers", "overlaps", "rarest_marker",
-           "restates", "said", "twin_of"]
+__all__ = ["DEDUP_OVERLAP", "Said", "dedup_terms", "markers", "overlaps", "prefix_size",
+           "rarest_marker", "restates", "said", "twin_of"]
 
 DEDUP_OVERLAP = 0.8
 
@@ -96,6 +96,19 @@ def overlaps(words: AbstractSet[str], others: AbstractSet[str]) -> bool:
     if not words or not others:
         return False
     return len(words & others) / min(len(words), len(others)) > DEDUP_OVERLAP
+
+
+@functools.lru_cache(maxsize=256)
+def prefix_size(size: int) -> int:
+    """How many words of a set of ``size`` words, taken in any one order, hold a word of
+    every set it ``overlaps`` with as the smaller (or equal) one: one more than the
+    words it may lack. (``overlaps``' own comparison decides, so no rounding differs.)"""
+    if size <= 0:
+        return 0            # an empty set overlaps nothing
+    shared = int(DEDUP_OVERLAP * size)
+    while shared <= size and not shared / size > DEDUP_OVERLAP:
+        shared += 1
+    return size - shared + 1
 
 
 def twin_of(text: str, category: str, context: str, entity: str | None,

@@ -14,6 +14,7 @@ facade.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -22,7 +23,7 @@ from typing import Any, Literal, NamedTuple
 from ..clock import Clock, iso, new_id
 from ..errors import InvalidInput, NotFound
 from ..retrieval.keyword import query_terms
-from ..store.base import POSTINGS_CAP, Store, holding_two, iter_chunks
+from ..store.base import POSTINGS_CAP, Store, iter_chunks
 from ..types import CATEGORIES, SOURCES, START_CONFIDENCE, Event, Item, ItemQuery, Scope
 from ..validation import (
     check_choice,
@@ -35,7 +36,7 @@ from ..validation import (
     clean_context,
     clean_entity,
 )
-from .dedup import Said, dedup_terms, overlaps, rarest_marker, said, twin_of
+from .dedup import Said, dedup_terms, overlaps, prefix_size, rarest_marker, said, twin_of
 from .lineage import lineage
 from .planners import (
     Revision,
@@ -219,16 +220,16 @@ class ItemWriter:
         if not drafts:
             return []
         with self.store.writing_for(scope.user_id):
-            batch = Batch(scope, self.now())
+            batch = Batch(scope, self.now(), [d.text for d in drafts])
             if merge:
                 # The store's candidates of every entry at once: the batch's own items
                 # are not in the store yet, so no lookup depends on the entries before.
                 counts = self._word_counts(scope.user_id, [d.text for d in drafts])
                 wanted = [Wanted(d.text, d.category, d.context, d.entity,
                                  dedup_terms(d.text, counts)) for d in drafts]
-                for draft, want, found in zip(drafts, wanted, self._candidates(
+                for draft, found in zip(drafts, self._candidates(
                         scope.user_id, wanted, counts), strict=True):
-                    batch.add(draft, batch.twin(draft, want.terms, found))
+                    batch.add(draft, batch.twin(draft, found))
             else:
                 for draft in drafts:
                     batch.add(draft, None)
@@ -413,12 +414,25 @@ class Batch:
     stand, so each entry is checked against the store *and* the entries before it,
     as a run of ``remember`` calls would check it.
 
-    Items the batch touched are indexed by their dedup words, so finding the earlier
-    entries an entry may restate costs no more than the entries sharing a word with it.
+    Items the batch touched are indexed so that finding the earlier entries an entry
+    may restate reads only those that can: the ones holding its rarest number, date
+    word or name, or else those sharing a word with its first few (prefix filtering).
+    Every earlier entry it restates is found, a shorter one too; the store's lookup
+    of one call at a time (``ItemWriter._candidates``) can miss a shorter stored text
+    holding none of the text's rarest words ("likes oat milk" for "likes oat milk in
+    strong black coffee").
+
+    Args:
+        scope: whose items.
+        now: the batch's time.
+        texts: every entry's text: the batch's words are ordered by how many entries
+            hold them, rarest first, once for the batch.
     """
 
-    def __init__(self, scope: Scope, now: str) -> None:
+    def __init__(self, scope: Scope, now: str, texts: Sequence[str] = ()) -> None:
         self.scope, self.now = scope, now
+        held = Counter(word for text in texts for word in said(text).words)
+        self._rank: dict[str, tuple[int, str]] = {word: (n, word) for word, n in held.items()}
         self.events: list[Event] = []
         self.ids: list[str] = []
         self.written: list[Literal["added", "merged"]] = []
@@ -426,14 +440,14 @@ class Batch:
         """Whether some text was added or changed (embedding has work)."""
         self._items: dict[str, Item] = {}
         self._by_word: dict[str, list[str]] = {}
+        self._by_prefix: dict[str, list[str]] = {}
         self._by_token: dict[str, list[str]] = {}
         self._by_text: dict[str, list[str]] = {}
         self._said: dict[str, Said] = {}
 
-    def twin(self, draft: Draft, chosen: Sequence[str], stored: Sequence[Item]
-             ) -> Item | None:
+    def twin(self, draft: Draft, stored: Sequence[Item]) -> Item | None:
         """The item ``draft`` restates among ``stored`` (as this batch left them) and
-        the items this batch added or changed. ``chosen``: its ``dedup_terms``."""
+        the items this batch added or changed."""
         same = self._by_text.get(draft.text, [])
         mine = said(draft.text)
         need = mine.markers - {"¬"}
@@ -444,15 +458,26 @@ class Batch:
             near = dict.fromkeys([*same, *min(
                 (self._by_token.get(marker, []) for marker in need), key=len)])
         else:
-            # As in the store: the items holding two of its rarest words (all, if fewer).
+            # Of two texts that overlap, the smaller holds a word of the other among
+            # its first ``prefix_size`` words in the batch's order: the earlier items
+            # whose first words hold one of this text's, and those holding one of its
+            # first words. Every item that overlaps is among them, and few others.
             near = dict.fromkeys(same)
-            near.update(dict.fromkeys(holding_two(
-                [dict.fromkeys(self._by_word.get(word, ())) for word in chosen])))
+            for word in mine.words:
+                near.update(dict.fromkeys(self._by_prefix.get(word, ())))
+            for word in self._prefix(mine.words):
+                near.update(dict.fromkeys(self._by_word.get(word, ())))
         # The overlap test first: only a few of the items sharing a word pass it.
         ours = [self._items[item_id] for item_id in near
                 if item_id in same or overlaps(mine.words, self._said[item_id].words)]
         return twin_of(draft.text, draft.category, draft.context, draft.entity,
                        [self._items.get(item.id, item) for item in stored] + ours)
+
+    def _prefix(self, words: frozenset[str]) -> list[str]:
+        """``words``' first ``prefix_size`` in the batch's order (fewest entries first)."""
+        rank = self._rank
+        return sorted(words, key=lambda word: rank.get(word, (0, word)))[
+            :prefix_size(len(words))]
 
     def add(self, draft: Draft, twin: Item | None) -> None:
         """Plan ``draft`` (merged into ``twin``, or new) and note the item it leaves."""
@@ -465,10 +490,12 @@ class Batch:
                     apply_change(changed, change)
         item = changed[item.id]
         self._items[item.id] = item
-        for word in query_terms(item.content, max_terms=512):
+        known = self._said[item.id] = said(item.content)
+        for word in known.words:
             self._by_word.setdefault(word, []).append(item.id)
-        self._said[item.id] = said(item.content)
-        for token in self._said[item.id].tokens:
+        for word in self._prefix(known.words):
+            self._by_prefix.setdefault(word, []).append(item.id)
+        for token in known.tokens:
             self._by_token.setdefault(token, []).append(item.id)
         self._by_text.setdefault(item.content, []).append(item.id)
         self.ids.append(item.id)
