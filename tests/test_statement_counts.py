@@ -271,11 +271,12 @@ def test_remember_many_with_dedup_writes_once_and_reads_a_bounded_amount_per_ite
         # entry's exact text and the candidates' rows are read once for the batch.
         assert (len(large) - len(small)) / 20 == 1
         # With a number instead, the rows holding it are every candidate: read from its
-        # postings, for the whole batch at once.
+        # postings, for the whole batch at once. (The larger batch also reads the
+        # rows of the earlier numbered entries, which hold two of its rarest words.)
         small = _many(memory, 10, dedup=True, start=300, numbered=True)
         large = _many(memory, 30, dedup=True, start=400, numbered=True)
-        assert len(large) == len(small)
-        assert not any("bm25(knowledge_fts" in s for s in large)
+        assert len(large) <= len(small) + 2
+        assert not any("bm25(knowledge_fts" in s for s in small + large)
 
 
 def test_remember_many_of_distinct_texts_reads_as_much_for_ten_or_thirty(

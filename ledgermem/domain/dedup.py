@@ -38,18 +38,24 @@ _DATE_WORDS = frozenset(
     weekday weekdays daily weekly monthly yearly annually""".split())
 
 
+_PLAIN_SUSPECTS = _NEGATIONS | _DATE_WORDS
+"""The lower-case words of letters alone that ``markers`` keeps."""
+
+
 def markers(text: str) -> frozenset[str]:
     """What makes ``text`` one particular fact: its negations (as one ``¬`` marker, so
     "not" and "never" agree), every token holding a digit, date words, and capitalised
     words that are not stopwords (names), all lower-cased."""
     found: set[str] = set()
     for raw in _TOKEN.findall(text):
+        if raw.isalpha() and raw.islower() and raw not in _PLAIN_SUSPECTS:
+            continue    # most words: lower-case letters, no negation or date word
         token = raw.strip("'’-")
         lower = token.lower()
         if lower.replace("’", "'").replace("'", "") in _NEGATIONS or lower.endswith(
                 ("n't", "n’t")):
             found.add("¬")
-        elif (any(ch.isdigit() for ch in token) or lower in _DATE_WORDS
+        elif (any(map(str.isdigit, token)) or lower in _DATE_WORDS
               or (token[:1].isupper() and lower not in STOPWORDS)):
             found.add(lower)
     return frozenset(found)

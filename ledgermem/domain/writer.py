@@ -62,6 +62,10 @@ POSTINGS_TEXTS = 1_000
 """Texts answered from one read of their words' postings; a larger batch is read in
 parts, so that the postings held at once stay bounded (1,000 texts of the write
 benchmark held ~130,000 at 20,000 items)."""
+FEW_HOLDERS = 64
+"""Earlier entries of a batch holding an entry's rarest number, date word or name up to
+which they are its candidates (``Batch.twin``); past it (a capitalised word many entries
+hold), prefix filtering reads fewer."""
 DEDUP_CANDIDATES = 10
 """Keyword candidates one dedup lookup considers. A restatement shares more than 80% of
 its words with the text, so BM25 ranks it at or near the top; a longer list mostly
@@ -123,40 +127,42 @@ class ItemWriter:
         20,000 items the BM25 top 10 of the rows holding any of the longest words took
         1.3 ms a lookup; this, 0.3–0.6).
 
-        A text whose rarest number, date word or name (``rarest_marker``) is in at most
+        From ``POSTINGS_FROM`` texts on, those whose chosen words are each in at most
+        ``POSTINGS_CAP`` rows are answered together from those words' postings
+        (``Store.items_holding_two``): when no more than ``DEDUP_CANDIDATES`` current
+        items hold two, they are the ranked lookup's rows exactly. Of the others, a text
+        whose rarest number, date word or name (``rarest_marker``) is in at most
         ``DEDUP_CANDIDATES`` rows has for candidates the current items holding that
-        word, read from its postings (``Store.items_holding_two`` of that one word):
-        ``restates`` asks a restatement to hold it. From ``POSTINGS_FROM`` texts on,
-        the others whose chosen words are each in at most ``POSTINGS_CAP`` rows are
-        answered together from those words' postings: when no more than
-        ``DEDUP_CANDIDATES`` current items hold two, they are the ranked lookup's rows
-        exactly. Only the rest get a lookup of their own.
+        word, read from its postings: ``restates`` asks a restatement to hold it. Only
+        the rest get a lookup of their own.
 
         Statements: one per text looked up alone (its keyword candidates); for the
         texts answered from postings, one per ``TERMS_PER_STATEMENT`` words read on
         SQLite (one in all on PostgreSQL) and one per 500 items holding them, once for
-        the marked texts and once for the others. Then one per 500 texts for the
+        the chosen words and once for the marked texts'. Then one per 500 texts for the
         items holding them exactly (by the content index) and one per 500 candidates.
         ``counts``: ``_word_counts`` of the texts."""
-        # A text with a number, date or name that few rows hold: its restatement holds
-        # that word too, so the rows holding it are every candidate there is, found
-        # from its postings. Templated notes ("Work note 17 on the quarterly budget")
-        # share every other word with thousands of rows, which a ranked lookup scores.
-        marked = {index: rare[1] for index, want in enumerate(wanted)
-                  if (rare := rarest_marker(want.text, counts)) is not None
-                  and rare[0] <= DEDUP_CANDIDATES}
-        held: dict[int, list[str] | None] = {
-            index: found for part in iter_chunks(list(marked), POSTINGS_TEXTS)
-                for index, found in zip(part, self.store.items_holding_two(
-                    user_id, [[marked[index]] for index in part], DEDUP_CANDIDATES),
-                    strict=True) if found is not None}
-        few = [index for index, want in enumerate(wanted) if index not in held
-               and all(counts.get(term, 0) <= POSTINGS_CAP for term in want.terms)
+        few = [index for index, want in enumerate(wanted)
+               if all(counts.get(term, 0) <= POSTINGS_CAP for term in want.terms)
                ] if len(wanted) >= POSTINGS_FROM else []
-        held.update({index: found for part in iter_chunks(few, POSTINGS_TEXTS)
+        held: dict[int, list[str] | None] = {
+            index: found for part in iter_chunks(few, POSTINGS_TEXTS)
+            for index, found in zip(part, self.store.items_holding_two(
+                user_id, [wanted[index].terms for index in part], DEDUP_CANDIDATES),
+                strict=True)}
+        # Of the texts left to a ranked lookup, one with a number, date or name that few
+        # rows hold: its restatement holds that word too, so the rows holding it are
+        # every candidate there is, read from its postings. Templated notes ("Work note
+        # 17 on the quarterly budget") share every other word with thousands of rows,
+        # which a ranked lookup scores.
+        marked = {index: rare[1] for index, want in enumerate(wanted)
+                  if held.get(index) is None
+                  and (rare := rarest_marker(want.text, counts)) is not None
+                  and rare[0] <= DEDUP_CANDIDATES}
+        held.update({index: found for part in iter_chunks(list(marked), POSTINGS_TEXTS)
                      for index, found in zip(part, self.store.items_holding_two(
-                         user_id, [wanted[index].terms for index in part], DEDUP_CANDIDATES),
-                         strict=True)})
+                         user_id, [[marked[index]] for index in part], DEDUP_CANDIDATES),
+                         strict=True) if found is not None})
         keyed = [found if (found := held.get(index)) is not None else [
             item_id for item_id, _ in self.store.keyword_search_items(
                 user_id, list(want.terms), "two",
@@ -451,12 +457,12 @@ class Batch:
         same = self._by_text.get(draft.text, [])
         mine = said(draft.text)
         need = mine.markers - {"¬"}
-        if need:
+        holders = min((self._holding(marker) for marker in need), key=len, default=None)
+        if holders is not None and len(holders) <= FEW_HOLDERS:
             # A restatement holds each of its numbers, dates and names (``restates``):
             # only the items holding the rarest of them can be one. Templated notes
             # ("work note 17 on …") share every other word.
-            near = dict.fromkeys([*same, *min(
-                (self._by_token.get(marker, []) for marker in need), key=len)])
+            near = dict.fromkeys([*same, *holders])
         else:
             # Of two texts that overlap, the smaller holds a word of the other among
             # its first ``prefix_size`` words in the batch's order: the earlier items
@@ -472,6 +478,10 @@ class Batch:
                 if item_id in same or overlaps(mine.words, self._said[item_id].words)]
         return twin_of(draft.text, draft.category, draft.context, draft.entity,
                        [self._items.get(item.id, item) for item in stored] + ours)
+
+    def _holding(self, token: str) -> list[str]:
+        """The items holding ``token`` (lower-cased), as ``restates`` looks for it."""
+        return self._by_word.get(token, []) + self._by_token.get(token, [])
 
     def _prefix(self, words: frozenset[str]) -> list[str]:
         """``words``' first ``prefix_size`` in the batch's order (fewest entries first)."""
@@ -495,7 +505,7 @@ class Batch:
             self._by_word.setdefault(word, []).append(item.id)
         for word in self._prefix(known.words):
             self._by_prefix.setdefault(word, []).append(item.id)
-        for token in known.tokens:
+        for token in known.tokens - known.words:    # "prod-db-1", "o'brien"
             self._by_token.setdefault(token, []).append(item.id)
         self._by_text.setdefault(item.content, []).append(item.id)
         self.ids.append(item.id)
