@@ -110,6 +110,23 @@ def test_entries_without_numbers_are_compared_only_with_those_sharing_a_first_wo
     assert [i.written for i in more] == ["added", "merged"]
 
 
+def test_a_name_every_entry_holds_does_not_make_each_entry_read_all_of_them(
+        mem: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Entries that all name one person ("Alice …") but share few other words are
+    compared by their first words, the shorter list, not with every earlier entry
+    holding the name (300 such entries compared 2,081 pairs)."""
+    compared: list[object] = []
+    overlaps = writer.overlaps
+    monkeypatch.setattr(writer, "overlaps",
+                        lambda a, b: compared.append(a) or overlaps(a, b))
+    code = ["".join(chr(ord("a") + int(d)) for d in f"{n:03d}") for n in range(300)]
+    entries = [f"Alice keeps {c}{c[::-1]} beside {c[::-1]}x near {c}q" for c in code]
+    items = mem.for_user("alice").remember_many([*entries, entries[42] + "."])
+    assert [i.written for i in items].count("merged") == 1
+    assert items[300].id == items[42].id
+    assert len(compared) < 300, len(compared)
+
+
 def test_items_come_back_in_input_order_with_every_field(alice: UserMemory) -> None:
     entries: list[Any] = [
         {"content": f"Measurement {n} of the west tank reads {n * 7} litres",

@@ -46,8 +46,13 @@ def markers(text: str) -> frozenset[str]:
     """What makes ``text`` one particular fact: its negations (as one ``¬`` marker, so
     "not" and "never" agree), every token holding a digit, date words, and capitalised
     words that are not stopwords (names), all lower-cased."""
+    return _markers(_TOKEN.findall(text))
+
+
+def _markers(tokens: Iterable[str]) -> frozenset[str]:
+    """``markers`` of a text's tokens (``_TOKEN``), in their own case."""
     found: set[str] = set()
-    for raw in _TOKEN.findall(text):
+    for raw in tokens:
         if raw.isalpha() and raw.islower() and raw not in _PLAIN_SUSPECTS:
             continue    # most words: lower-case letters, no negation or date word
         token = raw.strip("'’-")
@@ -79,9 +84,8 @@ def said(text: str) -> Said:
     asked about: a batch compares each entry with every earlier one that shares its
     words, and reading both texts again for each pair made a batch of 1,000 templated
     notes ("work note 17 on the quarterly budget") take 20 s."""
-    words = word_set(text)
-    return Said(words, markers(text), frozenset({w.lower() for w in _TOKEN.findall(text)}
-                                                | words))
+    words, tokens = word_set(text), _TOKEN.findall(text)
+    return Said(words, _markers(tokens), frozenset({w.lower() for w in tokens}) | words)
 
 
 def restates(text: str, other: str) -> bool:

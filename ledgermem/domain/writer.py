@@ -62,10 +62,6 @@ POSTINGS_TEXTS = 1_000
 """Texts answered from one read of their words' postings; a larger batch is read in
 parts, so that the postings held at once stay bounded (1,000 texts of the write
 benchmark held ~130,000 at 20,000 items)."""
-FEW_HOLDERS = 64
-"""Earlier entries of a batch holding an entry's rarest number, date word or name up to
-which they are its candidates (``Batch.twin``); past it (a capitalised word many entries
-hold), prefix filtering reads fewer."""
 DEDUP_CANDIDATES = 10
 """Keyword candidates one dedup lookup considers. A restatement shares more than 80% of
 its words with the text, so BM25 ranks it at or near the top; a longer list mostly
@@ -422,7 +418,8 @@ class Batch:
 
     Items the batch touched are indexed so that finding the earlier entries an entry
     may restate reads only those that can: the ones holding its rarest number, date
-    word or name, or else those sharing a word with its first few (prefix filtering).
+    word or name, or those sharing a word with its first few (prefix filtering),
+    whichever are fewer.
     Every earlier entry it restates is found, a shorter one too; the store's lookup
     of one call at a time (``ItemWriter._candidates``) can miss a shorter stored text
     holding none of the text's rarest words ("likes oat milk" for "likes oat milk in
@@ -450,44 +447,49 @@ class Batch:
         self._by_token: dict[str, list[str]] = {}
         self._by_text: dict[str, list[str]] = {}
         self._said: dict[str, Said] = {}
+        self._prefixes: dict[str, list[str]] = {}
 
     def twin(self, draft: Draft, stored: Sequence[Item]) -> Item | None:
         """The item ``draft`` restates among ``stored`` (as this batch left them) and
         the items this batch added or changed."""
         same = self._by_text.get(draft.text, [])
         mine = said(draft.text)
-        need = mine.markers - {"¬"}
-        holders = min((self._holding(marker) for marker in need), key=len, default=None)
-        if holders is not None and len(holders) <= FEW_HOLDERS:
-            # A restatement holds each of its numbers, dates and names (``restates``):
-            # only the items holding the rarest of them can be one. Templated notes
-            # ("work note 17 on …") share every other word.
-            near = dict.fromkeys([*same, *holders])
-        else:
-            # Of two texts that overlap, the smaller holds a word of the other among
-            # its first ``prefix_size`` words in the batch's order: the earlier items
-            # whose first words hold one of this text's, and those holding one of its
-            # first words. Every item that overlaps is among them, and few others.
-            near = dict.fromkeys(same)
-            for word in mine.words:
-                near.update(dict.fromkeys(self._by_prefix.get(word, ())))
-            for word in self._prefix(mine.words):
-                near.update(dict.fromkeys(self._by_word.get(word, ())))
+        # Of two texts that overlap, the smaller holds a word of the other among its
+        # first ``prefix_size`` words in the batch's order: the earlier items whose
+        # first words hold one of this text's, and those holding one of its first
+        # words, are every item that overlaps it.
+        lists = [self._by_prefix.get(word, ()) for word in mine.words]
+        lists += [self._by_word.get(word, ()) for word in self._prefix(draft.text, mine.words)]
+        # A restatement also holds each of the text's numbers, dates and names
+        # (``restates``): the items holding the rarest of them are every candidate too.
+        # Whichever list is shorter is read: templated notes ("work note 17 on …")
+        # share every other word; a sentence's capitalised first word may be common.
+        rarest = min(((self._holders(marker), marker) for marker in mine.markers
+                      if marker != "¬"), default=None)
+        if rarest is not None and rarest[0] < sum(map(len, lists)):
+            lists = [self._by_word.get(rarest[1], ()), self._by_token.get(rarest[1], ())]
+        near = dict.fromkeys(same)
+        for ids in lists:
+            near.update(dict.fromkeys(ids))
         # The overlap test first: only a few of the items sharing a word pass it.
         ours = [self._items[item_id] for item_id in near
                 if item_id in same or overlaps(mine.words, self._said[item_id].words)]
         return twin_of(draft.text, draft.category, draft.context, draft.entity,
                        [self._items.get(item.id, item) for item in stored] + ours)
 
-    def _holding(self, token: str) -> list[str]:
-        """The items holding ``token`` (lower-cased), as ``restates`` looks for it."""
-        return self._by_word.get(token, []) + self._by_token.get(token, [])
+    def _holders(self, token: str) -> int:
+        """How many items hold ``token`` (lower-cased), as ``restates`` looks for it."""
+        return len(self._by_word.get(token, ())) + len(self._by_token.get(token, ()))
 
-    def _prefix(self, words: frozenset[str]) -> list[str]:
-        """``words``' first ``prefix_size`` in the batch's order (fewest entries first)."""
-        rank = self._rank
-        return sorted(words, key=lambda word: rank.get(word, (0, word)))[
-            :prefix_size(len(words))]
+    def _prefix(self, text: str, words: frozenset[str]) -> list[str]:
+        """``words`` (``text``'s) first ``prefix_size`` in the batch's order (fewest
+        entries first), sorted once per text."""
+        prefix = self._prefixes.get(text)
+        if prefix is None:
+            rank = self._rank
+            prefix = self._prefixes[text] = sorted(
+                words, key=lambda word: rank.get(word, (0, word)))[:prefix_size(len(words))]
+        return prefix
 
     def add(self, draft: Draft, twin: Item | None) -> None:
         """Plan ``draft`` (merged into ``twin``, or new) and note the item it leaves."""
@@ -503,7 +505,7 @@ class Batch:
         known = self._said[item.id] = said(item.content)
         for word in known.words:
             self._by_word.setdefault(word, []).append(item.id)
-        for word in self._prefix(known.words):
+        for word in self._prefix(item.content, known.words):
             self._by_prefix.setdefault(word, []).append(item.id)
         for token in known.tokens - known.words:    # "prod-db-1", "o'brien"
             self._by_token.setdefault(token, []).append(item.id)
