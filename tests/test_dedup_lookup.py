@@ -12,7 +12,7 @@ import pytest
 
 from ledgermem import Memory
 from ledgermem.benchmarks.scale import Corpus
-from ledgermem.domain.dedup import dedup_terms
+from ledgermem.domain.dedup import dedup_lookup, dedup_terms
 from ledgermem.store import sql
 from ledgermem.store.postgres import PostgresStore
 from ledgermem.store.sql import item_where_sql
@@ -66,6 +66,48 @@ def test_the_rarest_words_are_chosen() -> None:
     counts = {"mountaineering": 40, "extraordinary": 40, "photographing": 40, "yak": 1,
               "elk": 2, "trip": 7}
     assert list(dedup_terms(text, counts)) == ["yak", "elk", "trip"]
+
+
+def test_a_common_last_word_is_dropped_and_one_of_the_others_asked_for() -> None:
+    """Two of the chosen words, unless only the last (the commonest) is common: then
+    one of the others, whose postings are all that is read."""
+    terms = ["yak", "elk", "trip"]
+    assert dedup_lookup(terms, {"yak": 1, "elk": 2, "trip": 7}, 1_000) == (terms, "two")
+    assert dedup_lookup(terms, {"yak": 1, "elk": 2, "trip": 1_001}, 1_000) == (
+        ["yak", "elk"], "or")
+    # Two common words: one of them is read either way, and two-of asks less.
+    assert dedup_lookup(terms, {"yak": 1, "elk": 1_001, "trip": 1_001}, 1_000) == (
+        terms, "two")
+    # Two words or fewer: two-of is already both (or the one).
+    assert dedup_lookup(["yak", "trip"], {"trip": 5_000}, 1_000) == (["yak", "trip"], "two")
+
+
+def test_a_text_holding_a_common_word_finds_its_restatement_by_its_rare_ones(
+        mem: Memory, monkeypatch: Any) -> None:
+    """With one word in more rows than the common-term cut-off (1,000 rows), the lookup
+    on PostgreSQL asks for one of the text's other chosen words (SQLite still asks for
+    two of all three: its two-of reads a common word cheaply), and both merge."""
+    alice = mem.for_user("alice")
+    codes = ["".join(chr(ord("a") + int(d)) for d in f"{n:04d}") for n in range(1_050)]
+    alice.remember_many([f"zebra tally {code}" for code in codes], dedup=False)
+    twin = alice.remember("quince marmalade for the zebra")
+    asked: list[tuple[list[str], str]] = []
+    search = mem.store.keyword_search_items
+
+    def recorded(user_id: str, terms: Any, mode: Any, query: ItemQuery, limit: int) -> Any:
+        asked.append((list(terms), mode))
+        return search(user_id, terms, mode, query, limit)
+
+    monkeypatch.setattr(mem.store, "keyword_search_items", recorded)
+    again = alice.remember("quince marmalade for the zebra!")
+    assert again.written == "merged" and again.id == twin.id
+    expected = ((["marmalade", "quince"], "or") if isinstance(mem.store, PostgresStore)
+                else (["marmalade", "quince", "zebra"], "two"))
+    assert [(sorted(terms), mode) for terms, mode in asked] == [expected]
+    # A text whose chosen words are all rare still asks for two of them.
+    asked.clear()
+    assert alice.remember("zebra tally aaab").written == "merged"
+    assert [mode for _, mode in asked] in ([], ["two"])
 
 
 def test_a_restatement_behind_many_look_alikes_is_still_merged(mem: Memory) -> None:

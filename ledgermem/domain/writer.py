@@ -36,7 +36,16 @@ from ..validation import (
     clean_context,
     clean_entity,
 )
-from .dedup import Said, dedup_terms, overlaps, prefix_size, rarest_marker, said, twin_of
+from .dedup import (
+    Said,
+    dedup_lookup,
+    dedup_terms,
+    overlaps,
+    prefix_size,
+    rarest_marker,
+    said,
+    twin_of,
+)
 from .lineage import lineage
 from .planners import (
     Revision,
@@ -103,18 +112,20 @@ class ItemWriter:
              ) -> Item | None:
         """The active item ``text`` restates (``dedup.twin_of``), among the candidates
         ``_candidates`` finds for it."""
-        counts = self._word_counts(user_id, [text])
+        cutoff, counts = self._word_counts(user_id, [text])
         found = self._candidates(user_id, [Wanted(text, category, context, entity,
-                                                  dedup_terms(text, counts))], counts)[0]
+                                                  dedup_terms(text, counts))], counts,
+                                 cutoff)[0]
         return twin_of(text, category, context, entity, found)
 
-    def _word_counts(self, user_id: str, texts: Iterable[str]) -> dict[str, int]:
-        """How many stored rows hold each word of ``texts`` (``Store.term_counts``)."""
+    def _word_counts(self, user_id: str, texts: Iterable[str]) -> tuple[int, dict[str, int]]:
+        """How many stored rows hold each word of ``texts``, and the count above which a
+        word is common (``Store.term_counts``)."""
         words = {w for text in texts for w in query_terms(text, max_terms=512)}
-        return self.store.term_counts(user_id, "knowledge", sorted(words))[1]
+        return self.store.term_counts(user_id, "knowledge", sorted(words))
 
-    def _candidates(self, user_id: str, wanted: Sequence[Wanted], counts: Mapping[str, int]
-                    ) -> list[list[Item]]:
+    def _candidates(self, user_id: str, wanted: Sequence[Wanted], counts: Mapping[str, int],
+                    cutoff: int) -> list[list[Item]]:
         """For each text, the stored items it may restate: those with its exact text
         first, then the keyword candidates (``DEDUP_CANDIDATES``) of its category,
         context and entity that hold two of its rarest words (``dedup_terms``): a
@@ -130,14 +141,16 @@ class ItemWriter:
         whose rarest number, date word or name (``rarest_marker``) is in at most
         ``DEDUP_CANDIDATES`` rows has for candidates the current items holding that
         word, read from its postings: ``restates`` asks a restatement to hold it. Only
-        the rest get a lookup of their own.
+        the rest get a lookup of their own: two of the chosen words, or, where a common
+        word's postings are costly to read (``Store.common_postings_costly``), one of
+        all but the last when only the last is common (``dedup_lookup``).
 
         Statements: one per text looked up alone (its keyword candidates); for the
         texts answered from postings, one per ``TERMS_PER_STATEMENT`` words read on
         SQLite (one in all on PostgreSQL) and one per 500 items holding them, once for
         the chosen words and once for the marked texts'. Then one per 500 texts for the
         items holding them exactly (by the content index) and one per 500 candidates.
-        ``counts``: ``_word_counts`` of the texts."""
+        ``counts``, ``cutoff``: ``_word_counts`` of the texts."""
         few = [index for index, want in enumerate(wanted)
                if all(counts.get(term, 0) <= POSTINGS_CAP for term in want.terms)
                ] if len(wanted) >= POSTINGS_FROM else []
@@ -161,10 +174,12 @@ class ItemWriter:
                          strict=True) if found is not None})
         keyed = [found if (found := held.get(index)) is not None else [
             item_id for item_id, _ in self.store.keyword_search_items(
-                user_id, list(want.terms), "two",
+                user_id, list(terms), mode,
                 ItemQuery(category=want.category, context=want.context, entity=want.entity),
                 DEDUP_CANDIDATES)]
-            for index, want in enumerate(wanted)]
+            for index, want in enumerate(wanted)
+            for terms, mode in [dedup_lookup(want.terms, counts, cutoff)
+                                if self.store.common_postings_costly else (want.terms, "two")]]
         # The same texts (no LIMIT or ORDER BY the planner could prefer to walk instead);
         # twin_of checks category, context and entity.
         holding: dict[str, list[Item]] = {}
@@ -226,11 +241,11 @@ class ItemWriter:
             if merge:
                 # The store's candidates of every entry at once: the batch's own items
                 # are not in the store yet, so no lookup depends on the entries before.
-                counts = self._word_counts(scope.user_id, [d.text for d in drafts])
+                cutoff, counts = self._word_counts(scope.user_id, [d.text for d in drafts])
                 wanted = [Wanted(d.text, d.category, d.context, d.entity,
                                  dedup_terms(d.text, counts)) for d in drafts]
                 for draft, found in zip(drafts, self._candidates(
-                        scope.user_id, wanted, counts), strict=True):
+                        scope.user_id, wanted, counts, cutoff), strict=True):
                     batch.add(draft, batch.twin(draft, found))
             else:
                 for draft in drafts:

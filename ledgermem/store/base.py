@@ -296,6 +296,13 @@ class TurnReader(Protocol):
 class TextIndex(Protocol):
     """Full-text search over the views (see the score contract above)."""
 
+    common_postings_costly: bool
+    """Whether a search pays for a common word's postings one by one (PostgreSQL reads
+    them as rows of ``<table>_terms``), so that dedup asks for one of a text's rarer
+    words rather than two of them and a common one (``dedup.dedup_lookup``). FTS5
+    reads a word's compressed doclist whole, and the narrower two-of costs SQLite less
+    (2.1 ms against 3.4 at 100,000 items, where PostgreSQL took 35 ms against 15)."""
+
     @scoped_to_user
     def keyword_search_items(
         self, user_id: str, terms: Sequence[str], mode: MatchMode, query: ItemQuery, limit: int

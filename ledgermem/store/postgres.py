@@ -351,6 +351,7 @@ class PostgresStore(SQLStore):
     _unlimited = ""
     _digest_text = True
     exact_search_limit = EXACT_SEARCH_LIMIT
+    common_postings_costly = True
 
     def __init__(
         self,

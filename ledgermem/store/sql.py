@@ -343,6 +343,7 @@ class SQLStore(ABC):
     url: str
     _words: WordCounts
     """Dedup's kept word counts (``term_counts``), raised by the rows inserted here."""
+    common_postings_costly = False
 
     # backend hooks ----------------------------------------------------------------
     @abstractmethod
