@@ -116,6 +116,44 @@ def test_a_thread_that_ends_releases_its_connection(tmp_path: Path) -> None:
         store.close()
 
 
+def test_a_thread_opening_a_connection_as_the_program_exits_prints_nothing(
+        tmp_path: Path) -> None:
+    """Threads still opening connections while the interpreter exits: no finalizer is
+    registered per thread (registering one during the exit's walk of them raised
+    "dictionary changed size during iteration" on stderr), and nothing is printed."""
+    import subprocess
+    import sys
+    import weakref
+
+    from ledgermem.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "exit.db")
+    try:
+        registered = len(weakref.finalize._registry)  # type: ignore[attr-defined]
+        worker = threading.Thread(target=store.user_ids)
+        worker.start()
+        worker.join()
+        assert len(weakref.finalize._registry) == registered  # type: ignore[attr-defined]
+    finally:
+        store.close()
+    script = f"""
+import threading
+from ledgermem.store.sqlite import SQLiteStore
+store = SQLiteStore({str(tmp_path / "exit.db")!r})
+def churn():
+    while True:
+        worker = threading.Thread(target=store.user_ids)
+        worker.start()
+        worker.join()
+for _ in range(4):
+    threading.Thread(target=churn, daemon=True).start()
+"""
+    for _ in range(3):
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                              timeout=60, check=False)
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
 TRACE_WHILE_BUSY = """
 import os, sys, threading
 from ledgermem.store.sqlite import SQLiteStore

@@ -10,7 +10,6 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import combinations, groupby
@@ -139,6 +138,20 @@ them pass its filters reads every row that passes (when at most ``FEW_PASS_ROWS`
 and ranks those, instead of checking ever larger slices (``SQLiteStore._filtered``)."""
 
 
+class _ThreadConnection:
+    """One thread's connection, released when the thread's ``threading.local`` data is
+    (when the thread ends, or the store is dropped)."""
+
+    __slots__ = ("conn", "release")
+
+    def __init__(self, conn: sqlite3.Connection,
+                 release: Callable[[sqlite3.Connection], None]) -> None:
+        self.conn, self.release = conn, release
+
+    def __del__(self) -> None:
+        self.release(self.conn)
+
+
 class SQLiteStore(SQLStore):
     """SQLite backend. ``path`` is created (with its folder) if missing, unless
     ``create=False``: then a missing file is refused (``InvalidInput``), as a reader
@@ -199,8 +212,11 @@ class SQLiteStore(SQLStore):
             with self._connections_lock:
                 self._connections.append(conn)
             # A thread that ends takes its connection with it (worker pools such as
-            # anyio's retire idle threads and start new ones).
-            weakref.finalize(threading.current_thread(), self._release, conn)
+            # anyio's retire idle threads and start new ones): its ``threading.local``
+            # data goes, and the holder with it. (A ``weakref.finalize`` per thread did
+            # the same, but registering one while the interpreter exits, from a thread
+            # still running, broke the exit's walk of the finalizers with a traceback.)
+            self._local.holder = _ThreadConnection(conn, self._release)
         if self._local.tracer is not self._tracer:
             # Set by the connection's own thread (see ``trace``).
             self._local.tracer = self._tracer
@@ -208,6 +224,7 @@ class SQLiteStore(SQLStore):
         return conn
 
     def _release(self, conn: sqlite3.Connection) -> None:
+        """Close ``conn`` unless ``close`` has (its thread ended)."""
         with self._connections_lock:
             if conn not in self._connections:
                 return
