@@ -69,15 +69,19 @@ def test_the_rarest_words_are_chosen() -> None:
 
 
 def test_a_common_last_word_is_dropped_and_one_of_the_others_asked_for() -> None:
-    """Two of the chosen words, unless only the last (the commonest) is common: then
-    one of the others, whose postings are all that is read."""
+    """Two of the chosen words, unless some are common and at least two are not: then
+    one of those, whose postings are all that is read."""
     terms = ["yak", "elk", "trip"]
     assert dedup_lookup(terms, {"yak": 1, "elk": 2, "trip": 7}, 1_000) == (terms, "two")
     assert dedup_lookup(terms, {"yak": 1, "elk": 2, "trip": 1_001}, 1_000) == (
         ["yak", "elk"], "or")
-    # Two common words: one of them is read either way, and two-of asks less.
+    # Two common words: one of the rare ones, while at least two are rare.
     assert dedup_lookup(terms, {"yak": 1, "elk": 1_001, "trip": 1_001}, 1_000) == (
         terms, "two")
+    assert dedup_lookup([*terms, "ox"], {"yak": 1, "elk": 2, "trip": 1_001, "ox": 1_500},
+                        1_000) == (["yak", "elk"], "or")
+    # Every word common: two of them.
+    assert dedup_lookup(terms, dict.fromkeys(terms, 5_000), 1_000) == (terms, "two")
     # Two words or fewer: two-of is already both (or the one).
     assert dedup_lookup(["yak", "trip"], {"trip": 5_000}, 1_000) == (["yak", "trip"], "two")
 

@@ -142,8 +142,8 @@ class ItemWriter:
         ``DEDUP_CANDIDATES`` rows has for candidates the current items holding that
         word, read from its postings: ``restates`` asks a restatement to hold it. Only
         the rest get a lookup of their own: two of the chosen words, or, where a common
-        word's postings are costly to read (``Store.common_postings_costly``), one of
-        all but the last when only the last is common (``dedup_lookup``).
+        word's postings are costly to read (``Store.common_postings_costly``) and some
+        chosen words are common, one of the others (``dedup_lookup``).
 
         Statements: one per text looked up alone (its keyword candidates); for the
         texts answered from postings, one per ``TERMS_PER_STATEMENT`` words read on
