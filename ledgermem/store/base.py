@@ -303,7 +303,7 @@ class TextIndex(Protocol):
     reads a word's compressed doclist whole: there two-of cost less with one common
     word (2.6 ms against 5.7 at 100,000 items, cold, where PostgreSQL took 29 ms
     against 17), and with two or more the rarer words gained 5–10% of ``remember_many``
-    but missed more restatements (6 of 2,400 against 3)."""
+    but missed more restatements (6 of 2,400 against 2)."""
 
     @scoped_to_user
     def keyword_search_items(
