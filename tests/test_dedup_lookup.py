@@ -114,6 +114,34 @@ def test_a_text_holding_a_common_word_finds_its_restatement_by_its_rare_ones(
     assert [mode for _, mode in asked] in ([], ["two"])
 
 
+def test_a_batch_pairs_a_common_word_with_the_rare_ones_without_a_lookup(
+        mem: Memory, monkeypatch: Any) -> None:
+    """In a batch, SQLite answers a text with a common chosen word from the rare words'
+    postings and one FTS5 match pairing them with it: no ranked lookup. PostgreSQL
+    asks for one of the rare words, as one ``remember`` does. A text with one rare
+    word gets its lookup on both."""
+    alice = mem.for_user("alice")
+    codes = ["".join(chr(ord("a") + int(d)) for d in f"{n:04d}") for n in range(1_050)]
+    alice.remember_many([f"zebra tally {code}" for code in codes], dedup=False)
+    twin = alice.remember("quince marmalade for the zebra")
+    asked: list[tuple[list[str], str]] = []
+    search = mem.store.keyword_search_items
+
+    def recorded(user_id: str, terms: Any, mode: Any, query: ItemQuery, limit: int) -> Any:
+        asked.append((sorted(terms), mode))
+        return search(user_id, terms, mode, query, limit)
+
+    monkeypatch.setattr(mem.store, "keyword_search_items", recorded)
+    items = alice.remember_many(["quince marmalade for the zebra!", "zebra tally aaab",
+                                 "a walrus basks on the ice floe"])
+    assert [i.written for i in items] == ["merged", "merged", "added"]
+    assert items[0].id == twin.id
+    # A text with one rare word left gets its ranked lookup on both.
+    alone = (["aaab", "tally", "zebra"], "two")
+    assert asked == ([(["marmalade", "quince"], "or"), alone]
+                     if isinstance(mem.store, PostgresStore) else [alone])
+
+
 def test_a_restatement_behind_many_look_alikes_is_still_merged(mem: Memory) -> None:
     """Thirty shorter items hold the text's three longest words, so BM25 over those
     words ranks every one of them above the item it restates (which a lookup of the
@@ -326,8 +354,11 @@ def test_items_holding_two_are_mode_two_s_rows_unranked(mem: Memory) -> None:
         "walrus otter heron", "walrus running otters", "otter heron lynx"]
     assert _contents(mem, found[6] or []) == ["walrus running otters", "walrus otter heron"]
     assert found[3] == found[4] == []
-    # More holders than the limit: no answer (the ranked lookup picks the best).
-    assert mem.store.items_holding_two("alice", [["walrus", "otter", "heron"]], 2) == [None]
+    # More holders than the limit: the most terms first, then the rarer terms' holders
+    # ("heron" is in three rows, "walrus" and "otter" in four each), not the newest.
+    assert _contents(mem, mem.store.items_holding_two(
+        "alice", [["walrus", "otter", "heron"]], 2)[0] or []) == [
+        "walrus otter heron", "otter heron lynx"]
     assert mem.store.items_holding_two("bob", lists[:1], 10) == [
         [i for i, _ in mem.store.keyword_search_items("bob", lists[0], "two", ItemQuery(), 10)]]
     assert mem.store.items_holding_two("carol", lists, 10) == [[]] * len(lists)
@@ -343,9 +374,60 @@ def test_items_holding_two_leave_a_term_of_too_many_rows_alone(
         None, None, []]
 
 
+def test_a_common_term_is_paired_with_the_rarer_ones_without_its_postings(
+        mem: Memory, monkeypatch: Any) -> None:
+    """SQLite finds the rows holding a rarer term and a common one in one FTS5 match,
+    without reading the common term's postings; PostgreSQL leaves such a list to the
+    ranked lookup. Rows holding two common terms and no rarer one are left out."""
+    monkeypatch.setattr("ledgermem.store.sql.POSTINGS_CAP", 3)
+    alice = mem.for_user("alice")
+    alice.remember_many([f"walrus {word} tusk" for word in FILLERS[:4]]
+                        + ["bravo charlie narwhal"], dedup=False)
+    mem.for_user("bob").remember("walrus alpha tusk", dedup=False)
+    read: list[list[str]] = []
+    postings = mem.store._postings  # type: ignore[attr-defined]
+
+    def recorded(user_id: str, terms: Any, cap: int) -> Any:
+        read.append(list(terms))
+        return postings(user_id, terms, cap)
+
+    monkeypatch.setattr(mem.store, "_postings", recorded)
+    lists = [["walrus", "alpha", "bravo"], ["walrus", "tusk", "alpha", "bravo"],
+             ["walrus", "tusk", "alpha"]]
+    found = mem.store.items_holding_two("alice", lists, 10)
+    if isinstance(mem.store, PostgresStore):
+        assert found == [None, None, None]
+        return
+    assert _contents(mem, found[0] or []) == ["walrus bravo tusk", "walrus alpha tusk"]
+    # Every row holds "walrus" and "tusk": only those with a rarer term are found.
+    assert _contents(mem, found[1] or []) == ["walrus bravo tusk", "walrus alpha tusk"]
+    assert found[2] is None                        # one rarer term: ranked lookup
+    every = mem.store.keyword_search_items("alice", lists[1], "two", ItemQuery(), 10)
+    assert len(every) == 4
+    # The common terms' postings are read only up to the cap, once.
+    assert read == [["alpha", "bravo", "tusk", "walrus"]]
+
+
+def test_items_holding_two_keep_the_items_of_the_query_before_the_limit(
+        mem: Memory) -> None:
+    """Items of another category count neither towards the limit nor in the answer,
+    as the ranked lookup filters them before its LIMIT."""
+    alice = mem.for_user("alice")
+    alice.remember_many([{"content": f"walrus otter heron {word}", "category": "note"}
+                         for word in FILLERS[:12]], dedup=False)
+    fact = alice.remember("walrus otter by the fjord", dedup=False)
+    terms = [["walrus", "otter", "heron"]]
+    assert fact.id not in (mem.store.items_holding_two("alice", terms, 10)[0] or [])
+    assert mem.store.items_holding_two("alice", terms, 10, [ItemQuery(category="fact")]) == [
+        [fact.id]]
+    notes = mem.store.items_holding_two("alice", terms, 10, [ItemQuery(category="note")])[0]
+    assert notes is not None and len(notes) == 10 and fact.id not in notes
+
+
 def test_batched_and_ranked_lookups_find_the_same_candidates(mem: Memory) -> None:
     """On a corpus of Zipf-distributed words (as the write benchmark's), every text a
-    batch answers from the postings gets the ranked lookup's candidates."""
+    batch answers from the postings gets the ranked lookup's candidates where they are
+    ten or fewer, and ten of the items holding two of its words where there are more."""
     rng = np.random.default_rng(7)
     corpus = Corpus(rng)
     alice = mem.for_user("alice")
@@ -355,16 +437,17 @@ def test_batched_and_ranked_lookups_find_the_same_candidates(mem: Memory) -> Non
     counts = mem.store.term_counts("alice", "knowledge", words)[1]
     lists = [list(dedup_terms(text, counts)) for text in texts]
     found = mem.store.items_holding_two("alice", lists, 10)
-    answered = 0
+    many = 0
     for terms, ids in zip(lists, found, strict=True):
-        ranked = [i for i, _ in mem.store.keyword_search_items(
-            "alice", terms, "two", ItemQuery(), 10)]
-        if ids is None:
-            assert len(ranked) == 10
+        every = [i for i, _ in mem.store.keyword_search_items(
+            "alice", terms, "two", ItemQuery(), 1_000)]
+        assert ids is not None
+        if len(every) <= 10:
+            assert sorted(ids) == sorted(every), terms
         else:
-            answered += 1
-            assert sorted(ids) == sorted(ranked), terms
-    assert answered > 150
+            many += 1
+            assert len(ids) == 10 and set(ids) <= set(every), terms
+    assert 0 < many < 50
 
 
 def test_a_large_batch_reads_the_postings_in_parts(mem: Memory, monkeypatch: Any) -> None:
@@ -375,9 +458,9 @@ def test_a_large_batch_reads_the_postings_in_parts(mem: Memory, monkeypatch: Any
     parts: list[int] = []
     holding_two = mem.store.items_holding_two
 
-    def counted(user_id: str, term_lists: Any, limit: int) -> Any:
+    def counted(user_id: str, term_lists: Any, limit: int, queries: Any = None) -> Any:
         parts.append(len(term_lists))
-        return holding_two(user_id, term_lists, limit)
+        return holding_two(user_id, term_lists, limit, queries)
 
     monkeypatch.setattr(mem.store, "items_holding_two", counted)
     # Restatements (one more word each), not the same texts: found by their words.

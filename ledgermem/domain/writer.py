@@ -137,7 +137,13 @@ class ItemWriter:
         From ``POSTINGS_FROM`` texts on, those whose chosen words are each in at most
         ``POSTINGS_CAP`` rows are answered together from those words' postings
         (``Store.items_holding_two``): when no more than ``DEDUP_CANDIDATES`` current
-        items hold two, they are the ranked lookup's rows exactly. Of the others, a text
+        items of its kind hold two, they are the ranked lookup's rows exactly; when
+        more do, those holding the most of the words, rarer words first. On a store
+        that pairs a rare word with a common one without reading the common one's
+        postings (SQLite), a text with two chosen words under the cap is answered
+        there too, leaving out only the items that hold two common words and none of
+        the others (restatements that drop a word merged as often: docs/retrieval.md,
+        "Round fourteen"). Of the others, a text
         whose rarest number, date word or name (``rarest_marker``) is in at most
         ``DEDUP_CANDIDATES`` rows has for candidates the current items holding that
         word, read from its postings: ``restates`` asks a restatement to hold it. Only
@@ -151,14 +157,19 @@ class ItemWriter:
         the chosen words and once for the marked texts'. Then one per 500 texts for the
         items holding them exactly (by the content index) and one per 500 candidates.
         ``counts``, ``cutoff``: ``_word_counts`` of the texts."""
+        # Texts the postings may answer: those whose chosen words are all under the
+        # cap and, where the store pairs a rarer word with a common one cheaply
+        # (``Store.items_holding_two``), those with two of three or more under it.
+        pairs = not self.store.common_postings_costly
         few = [index for index, want in enumerate(wanted)
-               if all(counts.get(term, 0) <= POSTINGS_CAP for term in want.terms)
+               if (under := sum(counts.get(term, 0) <= POSTINGS_CAP for term in want.terms))
+               == len(want.terms) or (pairs and under >= 2 and len(want.terms) > 2)
                ] if len(wanted) >= POSTINGS_FROM else []
         held: dict[int, list[str] | None] = {
             index: found for part in iter_chunks(few, POSTINGS_TEXTS)
             for index, found in zip(part, self.store.items_holding_two(
-                user_id, [wanted[index].terms for index in part], DEDUP_CANDIDATES),
-                strict=True)}
+                user_id, [wanted[index].terms for index in part], DEDUP_CANDIDATES,
+                [wanted[index].kind() for index in part]), strict=True)}
         # Of the texts left to a ranked lookup, one with a number, date or name that few
         # rows hold: its restatement holds that word too, so the rows holding it are
         # every candidate there is, read from its postings. Templated notes ("Work note
@@ -170,13 +181,13 @@ class ItemWriter:
                   and rare[0] <= DEDUP_CANDIDATES}
         held.update({index: found for part in iter_chunks(list(marked), POSTINGS_TEXTS)
                      for index, found in zip(part, self.store.items_holding_two(
-                         user_id, [[marked[index]] for index in part], DEDUP_CANDIDATES),
-                         strict=True) if found is not None})
+                         user_id, [[marked[index]] for index in part], DEDUP_CANDIDATES,
+                         [wanted[index].kind() for index in part]), strict=True)
+                     if found is not None})
         keyed = [found if (found := held.get(index)) is not None else [
             item_id for item_id, _ in self.store.keyword_search_items(
                 user_id, list(terms), mode,
-                ItemQuery(category=want.category, context=want.context, entity=want.entity),
-                DEDUP_CANDIDATES)]
+                want.kind(), DEDUP_CANDIDATES)]
             for index, want in enumerate(wanted)
             for terms, mode in [dedup_lookup(want.terms, counts, cutoff)
                                 if self.store.common_postings_costly else (want.terms, "two")]]
@@ -389,6 +400,10 @@ class Wanted(NamedTuple):
     context: str
     entity: str | None
     terms: Sequence[str]
+
+    def kind(self) -> ItemQuery:
+        """The items it may restate: of its category, context and entity."""
+        return ItemQuery(category=self.category, context=self.context, entity=self.entity)
 
 
 @dataclass(frozen=True)

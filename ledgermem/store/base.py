@@ -331,12 +331,21 @@ class TextIndex(Protocol):
 
     @scoped_to_user
     def items_holding_two(self, user_id: str, term_lists: Sequence[Sequence[str]],
-                          limit: int) -> list[list[str] | None]:
-        """For each list of terms, the ids of the user's current items holding two of
-        them (every one, when fewer than three are given), as ``keyword_search_items``
-        in ``two`` mode matches words but unranked: most terms first, then newest.
-        None for a list held by more than ``limit`` such items, or holding a term in
-        more than ``POSTINGS_CAP`` rows (ask ``keyword_search_items`` for its best).
+                          limit: int, queries: Sequence[ItemQuery] | None = None
+                          ) -> list[list[str] | None]:
+        """For each list of terms, the ids of up to ``limit`` of the user's current items
+        (of the category, context and entity its ``queries`` entry names) holding two
+        of them (every one, when fewer than three are given), as
+        ``keyword_search_items`` in ``two`` mode matches words: most terms first; past
+        ``limit``, those whose terms are in the fewest rows (as BM25 weighs rarer
+        words more) ahead; then newest.
+
+        A term in more than ``POSTINGS_CAP`` rows is not read. Where the store can tell
+        the rows holding one of a list's other terms and one such term apart without
+        reading its postings (SQLite's FTS5 steps through its doclist), a list of
+        three or more with two others is answered from them, leaving out only the
+        rows holding two such terms and none of the rest. Any other list with such a
+        term gets None (ask ``keyword_search_items`` for its best).
 
         Every list is answered from the same postings, read once: dedup's lookups for a
         whole ``remember_many`` batch in a few statements instead of one per text."""

@@ -8,11 +8,14 @@ connections, full-text search, vector storage and migrations.
 from __future__ import annotations
 
 import json
+import math
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field, fields
 from datetime import datetime
+from itertools import chain
 from operator import itemgetter
 from typing import Any, ClassVar, Literal
 
@@ -99,6 +102,13 @@ def common_term_rows_sql(rows_sql: str) -> tuple[str, list[Any]]:
     in one statement. CAST truncates toward zero, as ``int()`` does."""
     return (f"max(?, CAST(? * ({rows_sql}) AS INTEGER))",
             [COMMON_TERM_MIN_ROWS, COMMON_TERM_SHARE])
+
+
+def _kind_matches(row: Sequence[Any], query: ItemQuery) -> bool:
+    """Whether a row's (id, category, context, entity) passes ``query``'s filters on
+    those three columns."""
+    return all(want is None or want == have for want, have in zip(
+        (query.category, query.context, query.entity), row[1:], strict=True))
 
 
 def keyword_hits(
@@ -636,27 +646,69 @@ class SQLStore(ABC):
 
     # knowledge --------------------------------------------------------------------
     def items_holding_two(self, user_id: str, term_lists: Sequence[Sequence[str]],
-                          limit: int) -> list[list[str] | None]:
+                          limit: int, queries: Sequence[ItemQuery] | None = None
+                          ) -> list[list[str] | None]:
         lists = [list(dict.fromkeys(terms)) for terms in term_lists]
         postings = {term: set(pks) for term, pks in self._postings(
             user_id, sorted({t for terms in lists for t in terms}), POSTINGS_CAP).items()}
-        holders = [[postings.get(term, set()) for term in terms] for terms in lists]
-        held = [None if any(len(pks) > POSTINGS_CAP for pks in each) else holding_two(each)
-                for each in holders]
+        rare = [[t for t in terms if len(postings.get(t, ())) <= POSTINGS_CAP]
+                for terms in lists]
+        # A list with a term past the cap: the rows holding one of its other terms and
+        # one of those (``_holding_both``), where the store can tell them apart cheaply.
+        mixed = [index for index, terms in enumerate(lists)
+                 if len(terms) > 2 and 2 <= len(rare[index]) < len(terms)]
+        both = dict(zip(mixed, self._holding_both(user_id, [
+            (rare[index], [t for t in lists[index] if t not in rare[index]])
+            for index in mixed]) if mixed else [], strict=True))
+        held: list[Counter[int] | None] = []
+        for index, terms in enumerate(lists):
+            if len(rare[index]) == len(terms):
+                held.append(holding_two([postings.get(term, set()) for term in terms]))
+            elif (also := both.get(index)) is not None:
+                counts = Counter(chain.from_iterable(postings.get(t, ()) for t in rare[index]))
+                counts.update(also)
+                held.append(Counter({pk: n for pk, n in counts.items() if n >= 2}))
+            else:
+                held.append(None)
         # Other users' and superseded rows hold words too: only the user's current
-        # items count towards ``limit``, as the ranked lookup filters before its LIMIT.
-        ids: dict[int, str] = {}
+        # items (of the list's query) count towards ``limit``, as the ranked lookup
+        # filters before its LIMIT.
+        rows: dict[int, tuple[Any, ...]] = {}
         where, params = item_where_sql(user_id, ItemQuery(), by_id=self._hint_ids)
         for chunk in iter_chunks(sorted({pk for pks in held if pks for pk in pks})):
-            ids.update(self._read(f"SELECT pk, id FROM knowledge WHERE pk IN "
-                                  f"({marks(len(chunk))}) AND {where}", [*chunk, *params]))
+            rows.update((row[0], row[1:]) for row in self._read(
+                f"SELECT pk, id, category, context, entity FROM knowledge WHERE pk IN "
+                f"({marks(len(chunk))}) AND {where}", [*chunk, *params]))
         found: list[list[str] | None] = []
-        for pks in held:
-            kept = None if pks is None else sorted(
-                (pk for pk in pks if pk in ids), key=lambda pk: (-pks[pk], -pk))
-            found.append(None if kept is None or len(kept) > limit
-                         else [ids[pk] for pk in kept])
+        for index, pks in enumerate(held):
+            if pks is None:
+                found.append(None)
+                continue
+            query = queries[index] if queries is not None else ItemQuery()
+            kept = [pk for pk in pks if pk in rows and _kind_matches(rows[pk], query)]
+            if len(kept) > limit:
+                # Rarer words weigh more, as in BM25: among items holding as many of the
+                # terms, those whose held terms are in the fewest rows (a common term a
+                # row holds counts as past the cap).
+                weight = {t: math.log(len(postings.get(t, ())) or 1) for t in rare[index]}
+                rarity = dict.fromkeys(both.get(index) or (), math.log(POSTINGS_CAP + 1))
+                for term in rare[index]:
+                    for pk in postings.get(term, ()):
+                        rarity[pk] = rarity.get(pk, 0.0) + weight[term]
+                kept.sort(key=lambda pk: (-pks[pk], rarity[pk], -pk))
+                kept = kept[:limit]
+            else:
+                kept.sort(key=lambda pk: (-pks[pk], -pk))
+            found.append([rows[pk][0] for pk in kept])
         return found
+
+    def _holding_both(self, user_id: str, pairs: Sequence[tuple[Sequence[str], Sequence[str]]]
+                      ) -> list[set[int] | None]:
+        """For each pair of term lists, the ``pk`` of the knowledge rows holding a term of
+        the first and one of the second (the user's at least, as ``_postings``), or None
+        where the backend cannot find them without reading the second's postings
+        (the default)."""
+        return [None] * len(pairs)
 
     @abstractmethod
     def _postings(self, user_id: str, terms: Sequence[str], cap: int

@@ -12,8 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from itertools import combinations, groupby
-from operator import itemgetter
+from itertools import combinations
 from pathlib import Path
 from typing import Any
 
@@ -448,16 +447,37 @@ class SQLiteStore(SQLStore):
                   ) -> dict[str, list[int]]:
         """One FTS5 match of each term alone (through the user's scope token, as
         ``_keyword``), ``TERMS_PER_STATEMENT`` terms a statement."""
-        scoped = self._share("knowledge", user_id) < SCOPE_SHARE
-        found: dict[str, list[int]] = {}
-        for part in iter_chunks(terms, TERMS_PER_STATEMENT):
-            rows = self._read(" UNION ALL ".join(
-                f"SELECT * FROM (SELECT {index}, rowid FROM knowledge_fts WHERE "
-                f"knowledge_fts MATCH ? LIMIT {int(cap) + 1})" for index in range(len(part))),
-                [scoped_match("knowledge", user_id, [term], "or") if scoped
-                 else text_match("knowledge", [term], "or") for term in part])
-            for index, group in groupby(rows, key=itemgetter(0)):
-                found.setdefault(part[index], []).extend(pk for _, pk in group)
+        return dict(zip(terms, self._rowids(user_id, [
+            text_match("knowledge", [term], "or") for term in terms], cap), strict=True))
+
+    def _holding_both(self, user_id: str, pairs: Sequence[tuple[Sequence[str], Sequence[str]]]
+                      ) -> list[set[int] | None]:
+        """One FTS5 match of each pair, ``(first OR …) AND (second OR …)``: FTS5 steps
+        through a common word's doclist by rowid to the rows holding the rarer words, so
+        that word's postings are not read (1–2 ms where two-of over both ranked its
+        holders in 7–13 ms at 100,000 items)."""
+        columns = " ".join(FTS_COLUMNS["knowledge"])
+        return [set(pks) for pks in self._rowids(user_id, [
+            f"{{{columns}}} : (({fts_match_sql(first, 'or')}) AND "
+            f"({fts_match_sql(second, 'or')}))" for first, second in pairs], None)]
+
+    def _rowids(self, user_id: str, matches: Sequence[str], cap: int | None
+                ) -> list[list[int]]:
+        """The rowids of the knowledge rows each FTS5 expression matches (up to ``cap`` + 1
+        of them), through the user's scope token where it narrows the search,
+        ``TERMS_PER_STATEMENT`` expressions a statement. Each comes back as one list
+        (``group_concat``): a row per rowid cost twice as much to fetch."""
+        scope = (f'scope : "{keyword_scope(user_id)}" AND '
+                 if self._share("knowledge", user_id) < SCOPE_SHARE else "")
+        limit = "" if cap is None else f" LIMIT {int(cap) + 1}"
+        found: list[list[int]] = []
+        for part in iter_chunks(matches, TERMS_PER_STATEMENT):
+            rows = dict(self._read(" UNION ALL ".join(
+                f"SELECT {index}, (SELECT group_concat(rowid) FROM (SELECT rowid FROM "
+                f"knowledge_fts WHERE knowledge_fts MATCH ?{limit}))"
+                for index in range(len(part))), [scope + match for match in part]))
+            found.extend([int(pk) for pk in pks.split(",")] if (pks := rows[index]) else []
+                         for index in range(len(part)))
         return found
 
     def _share(self, table: Table, user_id: str) -> float:
