@@ -86,40 +86,11 @@ def test_a_common_last_word_is_dropped_and_one_of_the_others_asked_for() -> None
     assert dedup_lookup(["yak", "trip"], {"trip": 5_000}, 1_000) == (["yak", "trip"], "two")
 
 
-def test_a_text_holding_a_common_word_finds_its_restatement_by_its_rare_ones(
-        mem: Memory, monkeypatch: Any) -> None:
-    """With one word in more rows than the common-term cut-off (1,000 rows), the lookup
-    on PostgreSQL asks for one of the text's other chosen words (SQLite still asks for
-    two of all three: its two-of reads a common word cheaply), and both merge."""
-    alice = mem.for_user("alice")
-    codes = ["".join(chr(ord("a") + int(d)) for d in f"{n:04d}") for n in range(1_050)]
-    alice.remember_many([f"zebra tally {code}" for code in codes], dedup=False)
-    twin = alice.remember("quince marmalade for the zebra")
-    asked: list[tuple[list[str], str]] = []
-    search = mem.store.keyword_search_items
-
-    def recorded(user_id: str, terms: Any, mode: Any, query: ItemQuery, limit: int) -> Any:
-        asked.append((list(terms), mode))
-        return search(user_id, terms, mode, query, limit)
-
-    monkeypatch.setattr(mem.store, "keyword_search_items", recorded)
-    again = alice.remember("quince marmalade for the zebra!")
-    assert again.written == "merged" and again.id == twin.id
-    expected = ((["marmalade", "quince"], "or") if isinstance(mem.store, PostgresStore)
-                else (["marmalade", "quince", "zebra"], "two"))
-    assert [(sorted(terms), mode) for terms, mode in asked] == [expected]
-    # A text whose chosen words are all rare still asks for two of them.
-    asked.clear()
-    assert alice.remember("zebra tally aaab").written == "merged"
-    assert [mode for _, mode in asked] in ([], ["two"])
-
-
-def test_a_batch_pairs_a_common_word_with_the_rare_ones_without_a_lookup(
-        mem: Memory, monkeypatch: Any) -> None:
-    """In a batch, SQLite answers a text with a common chosen word from the rare words'
-    postings and one FTS5 match pairing them with it: no ranked lookup. PostgreSQL
-    asks for one of the rare words, as one ``remember`` does. A text with one rare
-    word gets its lookup on both."""
+def _zebra_tally(mem: Memory, monkeypatch: Any
+                 ) -> tuple[Any, Any, list[tuple[list[str], str]]]:
+    """Alice's store with "zebra" and "tally" in 1,050 rows each (past the common-term
+    cut-off) and one item to restate; returns her handle, that item and the list the
+    store's ranked lookups are recorded in from then on (terms sorted, mode)."""
     alice = mem.for_user("alice")
     codes = ["".join(chr(ord("a") + int(d)) for d in f"{n:04d}") for n in range(1_050)]
     alice.remember_many([f"zebra tally {code}" for code in codes], dedup=False)
@@ -132,6 +103,33 @@ def test_a_batch_pairs_a_common_word_with_the_rare_ones_without_a_lookup(
         return search(user_id, terms, mode, query, limit)
 
     monkeypatch.setattr(mem.store, "keyword_search_items", recorded)
+    return alice, twin, asked
+
+
+def test_a_text_holding_a_common_word_finds_its_restatement_by_its_rare_ones(
+        mem: Memory, monkeypatch: Any) -> None:
+    """With one word in more rows than the common-term cut-off (1,000 rows), the lookup
+    on PostgreSQL asks for one of the text's other chosen words (SQLite still asks for
+    two of all three: its two-of reads a common word cheaply), and both merge."""
+    alice, twin, asked = _zebra_tally(mem, monkeypatch)
+    again = alice.remember("quince marmalade for the zebra!")
+    assert again.written == "merged" and again.id == twin.id
+    expected = ((["marmalade", "quince"], "or") if isinstance(mem.store, PostgresStore)
+                else (["marmalade", "quince", "zebra"], "two"))
+    assert asked == [expected]
+    # A text whose chosen words are all rare still asks for two of them.
+    asked.clear()
+    assert alice.remember("zebra tally aaab").written == "merged"
+    assert [mode for _, mode in asked] in ([], ["two"])
+
+
+def test_a_batch_pairs_a_common_word_with_the_rare_ones_without_a_lookup(
+        mem: Memory, monkeypatch: Any) -> None:
+    """In a batch, SQLite answers a text with a common chosen word from the rare words'
+    postings and one FTS5 match pairing them with it: no ranked lookup. PostgreSQL
+    asks for one of the rare words, as one ``remember`` does. A text with one rare
+    word gets its lookup on both."""
+    alice, twin, asked = _zebra_tally(mem, monkeypatch)
     items = alice.remember_many(["quince marmalade for the zebra!", "zebra tally aaab",
                                  "a walrus basks on the ice floe"])
     assert [i.written for i in items] == ["merged", "merged", "added"]
