@@ -381,7 +381,9 @@ def test_a_common_term_is_paired_with_the_rarer_ones_without_its_postings(
     alice = mem.for_user("alice")
     alice.remember_many([f"walrus {word} tusk" for word in FILLERS[:4]]
                         + ["bravo charlie narwhal"], dedup=False)
-    mem.for_user("bob").remember("walrus alpha tusk", dedup=False)
+    # Bob holds most rows, so that SQLite reads Alice's through her scope token.
+    mem.for_user("bob").remember_many([f"walrus {word} tusk" for word in ["alpha", *FILLERS[4:12]]],
+                                      dedup=False)
     read: list[list[str]] = []
     postings = mem.store._postings  # type: ignore[attr-defined]
 

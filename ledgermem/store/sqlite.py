@@ -100,15 +100,25 @@ def keyword_scope(user_id: str) -> str:
 
 def text_match(table: Table, terms: Sequence[str], mode: MatchMode) -> str:
     """``fts_match_sql`` over ``table``'s text columns (never the scope token)."""
-    return f"{{{' '.join(FTS_COLUMNS[table])}}} : ({fts_match_sql(terms, mode)})"
+    return columns_match(table, fts_match_sql(terms, mode))
+
+
+def columns_match(table: Table, expression: str) -> str:
+    """An FTS5 ``expression`` over ``table``'s text columns (never the scope token)."""
+    return f"{{{' '.join(FTS_COLUMNS[table])}}} : ({expression})"
 
 
 def scoped_match(table: Table, user_id: str, terms: Sequence[str], mode: MatchMode) -> str:
-    """``text_match``, limited to ``user_id``'s rows by their scope token.
+    """``text_match``, limited to ``user_id``'s rows by their scope token."""
+    return in_scope(user_id, text_match(table, terms, mode))
+
+
+def in_scope(user_id: str, match: str) -> str:
+    """An FTS5 ``match`` limited to ``user_id``'s rows by their scope token.
 
     The token is a filter, not the check: a search still compares ``user_id`` (two
     ids could stem to one token)."""
-    return f'scope : "{keyword_scope(user_id)}" AND {text_match(table, terms, mode)}'
+    return f'scope : "{keyword_scope(user_id)}" AND {match}'
 
 
 SCOPE_SHARE = 0.5
@@ -456,10 +466,9 @@ class SQLiteStore(SQLStore):
         through a common word's doclist by rowid to the rows holding the rarer words, so
         that word's postings are not read (1–2 ms where two-of over both ranked its
         holders in 7–13 ms at 100,000 items)."""
-        columns = " ".join(FTS_COLUMNS["knowledge"])
-        return [set(pks) for pks in self._rowids(user_id, [
-            f"{{{columns}}} : (({fts_match_sql(first, 'or')}) AND "
-            f"({fts_match_sql(second, 'or')}))" for first, second in pairs], None)]
+        return [set(pks) for pks in self._rowids(user_id, [columns_match(
+            "knowledge", f"({fts_match_sql(first, 'or')}) AND ({fts_match_sql(second, 'or')})")
+            for first, second in pairs], None)]
 
     def _rowids(self, user_id: str, matches: Sequence[str], cap: int | None
                 ) -> list[list[int]]:
@@ -467,15 +476,15 @@ class SQLiteStore(SQLStore):
         of them), through the user's scope token where it narrows the search,
         ``TERMS_PER_STATEMENT`` expressions a statement. Each comes back as one list
         (``group_concat``): a row per rowid cost twice as much to fetch."""
-        scope = (f'scope : "{keyword_scope(user_id)}" AND '
-                 if self._share("knowledge", user_id) < SCOPE_SHARE else "")
+        scoped = self._share("knowledge", user_id) < SCOPE_SHARE
         limit = "" if cap is None else f" LIMIT {int(cap) + 1}"
         found: list[list[int]] = []
         for part in iter_chunks(matches, TERMS_PER_STATEMENT):
             rows = dict(self._read(" UNION ALL ".join(
                 f"SELECT {index}, (SELECT group_concat(rowid) FROM (SELECT rowid FROM "
                 f"knowledge_fts WHERE knowledge_fts MATCH ?{limit}))"
-                for index in range(len(part))), [scope + match for match in part]))
+                for index in range(len(part))),
+                [in_scope(user_id, match) if scoped else match for match in part]))
             found.extend([int(pk) for pk in pks.split(",")] if (pks := rows[index]) else []
                          for index in range(len(part)))
         return found
