@@ -57,9 +57,9 @@ def test_threads_remember_and_search_concurrently(mem: Memory) -> None:
     assert {i.id for i in items} == set(made)
     assert Counter(i.metadata["thread"] for i in items) == dict.fromkeys(range(THREADS),
                                                                           PER_THREAD)
-    for thread in range(THREADS):
-        assert [h.content for h in alice.search(unique_text(thread, 7), touch=False,
-                                                top_k=1)] == [unique_text(thread, 7)]
+    for number in range(THREADS):
+        assert [h.content for h in alice.search(unique_text(number, 7), touch=False,
+                                                top_k=1)] == [unique_text(number, 7)]
     assert alice.stats()["events"] >= THREADS * PER_THREAD
 
 
