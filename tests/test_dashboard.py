@@ -691,6 +691,36 @@ def test_a_slow_answer_to_an_older_request_is_not_shown_over_a_newer_one(
     expect(page.locator("#item-detail .item-content")).to_have_text(XSS)
 
 
+def test_a_knowledge_page_left_while_loading_does_not_take_over_the_next(
+        page: Page, site: Site) -> None:
+    """The first Knowledge page's filter lists are held back while the user goes to
+    Overview and back; answered last, that page is dropped: a search still updates
+    the list on screen."""
+    from playwright.sync_api import Route, expect
+
+    held: list[Route] = []
+
+    def hold_first(route: Route) -> None:
+        if held:
+            route.continue_()
+        else:
+            held.append(route)
+
+    page.route("**/v1/contexts*", hold_first)
+    sign_in(page, site, site.alice)
+    open_page(page, "Knowledge")
+    page.wait_for_timeout(300)
+    assert held
+    open_page(page, "Overview")
+    open_page(page, "Knowledge")
+    wait_summary(page, site.total(), 1)
+    held[0].continue_()
+    page.wait_for_timeout(500)   # the first page's lists arrive, after the second's
+    page.get_by_label("Search").fill("oolong tea")
+    page.get_by_label("Search").press("Enter")
+    expect(page.locator("#kb-summary")).to_contain_text("best matches for “oolong tea”")
+
+
 def test_the_admin_key_picks_a_user(page: Page, site: Site) -> None:
     from playwright.sync_api import expect
 

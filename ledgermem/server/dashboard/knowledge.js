@@ -404,6 +404,9 @@ async function showLineage(box, history, item, ctx) {
 // the page ------------------------------------------------------------------------
 export async function knowledgeView(body, ctx) {
   const [contexts, entities] = await Promise.all([get("/v1/contexts"), get("/v1/entities")]);
+  // A later render replaced this one while it waited (the user went elsewhere and came
+  // back): the page on screen is that render's, and this one must not take it over.
+  if (!body.isConnected) return;
   const results = h("div", { class: "results", id: "kb-results" });
   const detail = h("aside", { class: "detail panel", id: "item-detail", hidden: true,
     "aria-label": "Memory details" });
