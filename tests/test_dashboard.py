@@ -20,7 +20,7 @@ import json
 import os
 import re
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -44,7 +44,7 @@ from tests.server_support import ROOT, Served, app_over, free_port, serve_env, s
 from tests.support import FakeClock
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, Page
+    from playwright.sync_api import Browser, Page, Route
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
@@ -259,6 +259,22 @@ def sign_in(page: Page, site: Site, key: str) -> None:
 
 def open_page(page: Page, name: str) -> None:
     page.get_by_role("navigation", name="Dashboard pages").get_by_role("link", name=name).click()
+
+
+def held_back(page: Page, pattern: str, hold: Callable[[Route, list[Route]], bool]
+              ) -> list[Route]:
+    """The requests to ``pattern`` that ``hold(route, held so far)`` picks are kept
+    back in the list returned, until the test continues them; the rest go through."""
+    held: list[Route] = []
+
+    def handle(route: Route) -> None:
+        if hold(route, held):
+            held.append(route)
+        else:
+            route.continue_()
+
+    page.route(pattern, handle)
+    return held
 
 
 def n(value: int) -> str:
@@ -662,18 +678,11 @@ def test_a_slow_answer_to_an_older_request_is_not_shown_over_a_newer_one(
     """The page's first listing (no filter) is held back until the filtered one has
     been shown, then answered: the filtered listing stays, and so does the item
     opened from it."""
-    from playwright.sync_api import Route, expect
+    from playwright.sync_api import expect
 
-    held: list[Route] = []
     released = False
-
-    def hold_unfiltered(route: Route) -> None:
-        if released or "entity=" in route.request.url:
-            route.continue_()
-        else:
-            held.append(route)
-
-    page.route("**/v1/memories?*", hold_unfiltered)
+    held = held_back(page, "**/v1/memories?*", lambda route, _: not released
+                     and "entity=" not in route.request.url)
     sign_in(page, site, site.alice)
     open_page(page, "Knowledge")
     page.get_by_label("Entity").fill("person:mallory")
@@ -696,17 +705,9 @@ def test_a_knowledge_page_left_while_loading_does_not_take_over_the_next(
     """The first Knowledge page's filter lists are held back while the user goes to
     Overview and back; answered last, that page is dropped: a search still updates
     the list on screen."""
-    from playwright.sync_api import Route, expect
+    from playwright.sync_api import expect
 
-    held: list[Route] = []
-
-    def hold_first(route: Route) -> None:
-        if held:
-            route.continue_()
-        else:
-            held.append(route)
-
-    page.route("**/v1/contexts*", hold_first)
+    held = held_back(page, "**/v1/contexts*", lambda _, held: not held)   # the first
     sign_in(page, site, site.alice)
     open_page(page, "Knowledge")
     page.wait_for_timeout(300)
