@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from itertools import chain
 from operator import itemgetter
 from typing import Any, ClassVar, Literal
 
@@ -664,10 +663,8 @@ class SQLStore(ABC):
         for index, terms in enumerate(lists):
             if len(rare[index]) == len(terms):
                 held.append(holding_two([postings.get(term, set()) for term in terms]))
-            elif (also := both.get(index)) is not None:
-                counts = Counter(chain.from_iterable(postings.get(t, ()) for t in rare[index]))
-                counts.update(also)
-                held.append(Counter({pk: n for pk, n in counts.items() if n >= 2}))
+            elif (also := both.get(index)) is not None:   # as if one term, held by those
+                held.append(holding_two([*(postings.get(t, set()) for t in rare[index]), also]))
             else:
                 held.append(None)
         # Other users' and superseded rows hold words too: only the user's current
