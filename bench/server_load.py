@@ -77,6 +77,7 @@ def served(db: str, *, workers: int, embedder: str) -> Iterator[str]:
             except httpx.TransportError:
                 pass
             if process.poll() is not None or time.monotonic() > deadline:
+                assert process.stderr is not None  # stderr=PIPE
                 raise RuntimeError(f"the server did not start: {process.stderr.read()}")
             time.sleep(0.2)
         yield url

@@ -24,7 +24,7 @@ from typing import Any
 from google.adk.agents import LlmAgent
 from google.adk.integrations.openai import OpenAILlm
 from google.adk.runners import Runner
-from google.adk.tools import preload_memory
+from google.adk.tools.preload_memory_tool import preload_memory_tool as preload_memory
 from google.genai import types
 
 from ledgermem import Memory

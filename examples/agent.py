@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from openai import OpenAI
 
@@ -26,15 +27,17 @@ def answer(client: OpenAI, agent: MemoryAgent, text: str, model: str) -> str:
     turn = agent.prepare(text)                     # 1. before the model call
     if turn.slash is not None:
         return turn.slash.reply                    # a slash command: no model call
-    messages: list = list(turn.messages)
+    messages: list[Any] = list(turn.messages)      # JSON objects, as the SDK takes them
+    tools: list[Any] = agent.tools()
     for _ in range(5):                             # a few rounds of tool calls at most
         response = client.chat.completions.create(
-            model=model, messages=messages, tools=agent.tools())
+            model=model, messages=messages, tools=tools)
         message = response.choices[0].message
         if not message.tool_calls:
             break
         messages.append(message.model_dump(exclude_none=True))
         for call in message.tool_calls:            # 2. the model uses its memory
+            assert call.type == "function"         # the only kind of tool it was given
             result = agent.call_tool(call.function.name, call.function.arguments)
             messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
     reply = message.content or "(no answer)"

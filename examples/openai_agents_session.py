@@ -36,7 +36,7 @@ def make_agent(memory: Memory, user: str, base_url: str, model: str, api_key: st
                ) -> Agent[Any]:
     client = AsyncOpenAI(base_url=base_url, api_key=api_key)
     return Agent(name="assistant", instructions="You are a helpful assistant. Be brief.",
-                 tools=memory_tools(memory.for_user(user)),
+                 tools=[*memory_tools(memory.for_user(user))],  # Agent takes a list[Tool]
                  model=OpenAIChatCompletionsModel(model=model, openai_client=client))
 
 

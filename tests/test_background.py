@@ -93,15 +93,18 @@ def test_the_embedding_worker_and_the_threads_it_starts_yield_the_cpu(tmp_path: 
     seen: dict[str, int] = {}
     inner_done = threading.Event()
 
+    def started_by_it() -> None:
+        me = threading.get_native_id()
+        seen.setdefault("started by it", os.getpriority(os.PRIO_PROCESS, me))
+        inner_done.set()
+
     class Watching(HashEmbedder):
         def _embed(self, texts: Sequence[str], *, query: bool) -> npt.ArrayLike:
             me = threading.get_native_id()
             seen.setdefault(threading.current_thread().name,
                             os.getpriority(os.PRIO_PROCESS, me))
             if threading.current_thread().name == EmbeddingWorker.thread_name:
-                started = threading.Thread(target=lambda: (seen.setdefault(
-                    "started by it", os.getpriority(os.PRIO_PROCESS, threading.get_native_id())),
-                    inner_done.set()))
+                started = threading.Thread(target=started_by_it)
                 started.start()
                 started.join()
             return super()._embed(texts, query=query)

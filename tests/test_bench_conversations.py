@@ -46,4 +46,6 @@ def test_the_turns_have_vectors_and_each_phrase_names_their_time(tmp_path: Path)
             if kind == "no time":
                 continue
             window = find_time_window(words + said(at), now)
-            assert window is not None and window.start <= at < window.end, kind
+            assert window is not None, kind
+            assert window.start is not None and window.end is not None, kind
+            assert window.start <= at < window.end, kind

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
@@ -283,8 +283,9 @@ def n(value: int) -> str:
 
 def rows(page: Page) -> list[str]:
     """The ids of the memories listed, in order."""
-    return page.locator("#kb-results tbody tr[data-id]").evaluate_all(
+    ids = page.locator("#kb-results tbody tr[data-id]").evaluate_all(
         "rows => rows.map(r => r.dataset.id)")
+    return cast("list[str]", ids)  # what the script returns is untyped
 
 
 def wait_summary(page: Page, total: int, page_number: int) -> None:

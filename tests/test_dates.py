@@ -204,7 +204,7 @@ def test_memory_date_order_reaches_due_dates_and_filters(tmp_path: Path) -> None
         assert item.due_at == "2026-12-05T00:00:00.000000+00:00"
         updated = alice.update(item.id, due_at="next friday at 5pm")
         assert updated.due_at == "2031-03-14T17:00:00.000000+00:00"
-        assert [hit.item.id for hit in alice.search("passport", time_from="1/3/2031")] == [
+        assert [hit.id for hit in alice.search("passport", time_from="1/3/2031")] == [
             item.id]
         assert alice.search("passport", time_from="1/4/2031") == []
 
@@ -220,4 +220,4 @@ def test_memory_without_date_order_refuses_an_ambiguous_due_date(tmp_path: Path)
 
 def test_memory_refuses_an_unknown_date_order(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="date_order"):
-        Memory.open(tmp_path / "bad.db", embedder=None, date_order="DD/MM")  # type: ignore[arg-type]
+        Memory.open(tmp_path / "bad.db", embedder=None, date_order="DD/MM")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -23,7 +24,7 @@ NO_LLM = {"LEDGERMEM_LLM_BASE_URL": "", "LEDGERMEM_LLM_MODEL": "", "LEDGERMEM_CO
           "LEDGERMEM_EMBEDDER": ""}
 
 
-def doctor(tmp_path: Path, env: dict[str, str], *args: str) -> tuple[int, dict, str]:
+def doctor(tmp_path: Path, env: dict[str, str], *args: str) -> tuple[int, dict[str, Any], str]:
     result = CliRunner().invoke(main, ["--db", str(tmp_path / "d.db"), "--json", "doctor",
                                        *args], env={**NO_LLM, **env})
     out = result.stdout

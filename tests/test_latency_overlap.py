@@ -9,13 +9,13 @@ from __future__ import annotations
 import multiprocessing
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy.typing as npt
 import pytest
 
-from ledgermem import Memory, ProviderError
+from ledgermem import Hit, Memory, ProviderError
 from ledgermem.retrieval.embedding import QUERIES, embed_query_soon
 from ledgermem.store.sqlite import SQLiteStore
 from ledgermem.testing import HashEmbedder
@@ -183,6 +183,7 @@ def test_candidates_rows_are_read_while_the_query_is_embedded(
     embedder = GatedEmbedder()
     with Memory.open(tmp_path / "g.db", embedder=embedder, clock=clock) as memory:
         alice = memory.for_user("alice")
+        search: Callable[[str], list[Hit]]
         if kind == "turns":
             alice.add_turns([{"role": "user", "content": f"A sunrise by the lake {n}"}
                              for n in range(20)] +

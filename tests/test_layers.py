@@ -90,7 +90,7 @@ def imported(name: str, source: str, *, package: bool = False) -> set[str]:
     """The dotted names module ``name`` imports (``package``: its ``__init__``), wherever
     the import statement is: top level, ``if TYPE_CHECKING:``, inside a function."""
     here = name if package else name.rpartition(".")[0]
-    names = set()
+    names: set[str] = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)

@@ -161,7 +161,7 @@ def test_bad_input_to_record_is_refused_and_nothing_is_stored(
 def test_bad_listing_arguments_are_refused(alice: UserMemory, clock: FakeClock) -> None:
     event = record(alice, clock, "world.observed", "Fog")
     with pytest.raises(InvalidInput):
-        alice.ledger_events(kinds="world.observed")  # type: ignore[arg-type]
+        alice.ledger_events(kinds="world.observed")  # one str, not a list of kinds
     with pytest.raises(InvalidInput):
         alice.ledger_events(limit=0)
     with pytest.raises(InvalidInput):
@@ -211,9 +211,9 @@ def test_the_views_follow_the_memorys_config(db_url: str, clock: FakeClock) -> N
         assert len(alice.salient("baker", "smoke")) == 1
         assert alice.reflection_due("baker")
     with pytest.raises(InvalidInput, match="ViewConfig"):
-        Memory.open(db_url, embedder=None, views={"episodic_n": 2})  # type: ignore[arg-type]
+        Memory.open(db_url, embedder=None, views={"episodic_n": 2})
     with pytest.raises(InvalidInput, match="memory_index"):
-        Memory.open(db_url, embedder=None, memory_index=object())  # type: ignore[arg-type]
+        Memory.open(db_url, embedder=None, memory_index=object())
 
 
 def test_views_as_of_an_event_id_or_a_time(alice: UserMemory, clock: FakeClock) -> None:

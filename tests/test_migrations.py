@@ -6,6 +6,7 @@ import json
 import sqlite3
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,8 +30,10 @@ def old_item(content: str, category: str = "fact", entity: str | None = None) ->
                 entity=entity, metadata={"legacy": True})
 
 
-def event(kind: str, payload: dict, **extra: str) -> Event:  # type: ignore[type-arg]
-    return Event(id=new_id(), ts=TS, user_id="alice", kind=kind, payload=payload, **extra)
+def event(kind: str, payload: dict[str, Any], *, subject_id: str | None = None,
+          session_id: str | None = None) -> Event:
+    return Event(id=new_id(), ts=TS, user_id="alice", kind=kind, payload=payload,
+                 subject_id=subject_id, session_id=session_id)
 
 
 V1_ITEM_COLUMNS = (

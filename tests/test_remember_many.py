@@ -4,6 +4,7 @@ equal to what one write at a time leaves (both stores through the ``mem`` fixtur
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
@@ -65,8 +66,12 @@ def test_templated_entries_are_compared_only_with_those_holding_their_number(
     and the one earlier entry with its number."""
     compared: list[tuple[str, str]] = []
     restates = dedup.restates
-    monkeypatch.setattr(dedup, "restates",
-                        lambda text, other: compared.append((text, other)) or restates(text, other))
+
+    def counted(text: str, other: str) -> bool:
+        compared.append((text, other))
+        return restates(text, other)
+
+    monkeypatch.setattr(dedup, "restates", counted)
     entries = [f"Work note {n} on the quarterly budget" for n in range(300)]
     entries += ["Work note 17 on the quarterly budget.", "Work note 17 on the yearly budget"]
     items = mem.for_user("alice").remember_many(entries)
@@ -95,10 +100,14 @@ def test_entries_without_numbers_are_compared_only_with_those_sharing_a_first_wo
     rarest few it holds (prefix filtering). Entries alike in four words of five do not
     overlap enough to restate each other; comparing each with all of them took 19.5 s
     for 4,000."""
-    compared: list[object] = []
-    overlaps = writer.overlaps
-    monkeypatch.setattr(writer, "overlaps",
-                        lambda a, b: compared.append(a) or overlaps(a, b))
+    compared: list[AbstractSet[str]] = []
+    overlaps = dedup.overlaps
+
+    def counted(words: AbstractSet[str], others: AbstractSet[str]) -> bool:
+        compared.append(words)
+        return overlaps(words, others)
+
+    monkeypatch.setattr(writer, "overlaps", counted)
     code = ["".join(chr(ord("a") + int(d)) for d in str(n)) for n in range(400)]
     items = mem.for_user("alice").remember_many([f"crate {c} holds quince jam" for c in code])
     assert {i.written for i in items} == {"added"}
@@ -115,10 +124,14 @@ def test_a_name_every_entry_holds_does_not_make_each_entry_read_all_of_them(
     """Entries that all name one person ("Alice …") but share few other words are
     compared by their first words, the shorter list, not with every earlier entry
     holding the name (300 such entries compared 2,081 pairs)."""
-    compared: list[object] = []
-    overlaps = writer.overlaps
-    monkeypatch.setattr(writer, "overlaps",
-                        lambda a, b: compared.append(a) or overlaps(a, b))
+    compared: list[AbstractSet[str]] = []
+    overlaps = dedup.overlaps
+
+    def counted(words: AbstractSet[str], others: AbstractSet[str]) -> bool:
+        compared.append(words)
+        return overlaps(words, others)
+
+    monkeypatch.setattr(writer, "overlaps", counted)
     code = ["".join(chr(ord("a") + int(d)) for d in f"{n:03d}") for n in range(300)]
     entries = [f"Alice keeps {c}{c[::-1]} beside {c[::-1]}x near {c}q" for c in code]
     items = mem.for_user("alice").remember_many([*entries, entries[42] + "."])

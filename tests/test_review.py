@@ -172,7 +172,7 @@ def test_deciding_twice_or_an_unknown_id_is_a_typed_error(mem: Memory,
                  lambda: alice.approve(second.id, edits={second.id: {"due_at": "now"}}),
                  lambda: alice.edit_and_approve(second.id),
                  lambda: alice.proposals("maybe"),  # type: ignore[arg-type]
-                 lambda: alice.propose("not a list")):
+                 lambda: alice.propose("not a list")):  # type: ignore[arg-type]  # on purpose
         with pytest.raises(InvalidInput):
             call()
     assert snapshot(mem) == before

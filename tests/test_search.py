@@ -201,7 +201,7 @@ def test_search_rejects_bad_filters(alice: UserMemory, teas: dict[str, Item]) ->
     for bad in ({"category": "opinion"}, {"top_k": 0}, {"top_k": -1}, {"top_k": 10_001},
                 {"entity": "no-colon"}, {"time_from": "not a time"}, {"time_to": "31/31/31"}):
         with pytest.raises(InvalidInput):
-            alice.search("green tea", **bad)  # type: ignore[arg-type]
+            alice.search("green tea", **bad)
 
 
 # hostile query text ---------------------------------------------------------------------

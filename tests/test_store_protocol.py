@@ -60,7 +60,8 @@ def test_store_is_every_role(db_url: str) -> None:
     store = open_store(db_url)
     try:
         assert isinstance(store, STORES)
-        for role in (*ROLES, Store):
+        roles: tuple[type[Any], ...] = (*ROLES, Store)
+        for role in roles:
             assert isinstance(store, role), role.__name__
     finally:
         store.close()

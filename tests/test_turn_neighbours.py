@@ -126,7 +126,7 @@ def test_a_forgotten_item_stops_scoring_in_the_live_index(memory: Memory) -> Non
     kept = alice.remember("Alice keeps her kettle descaled")
     gone = alice.remember("Alice's old kettle was green")
     memory.flush()
-    assert {hit.item.id for hit in alice.search("kettle")} >= {kept.id, gone.id}
+    assert {hit.id for hit in alice.search("kettle")} >= {kept.id, gone.id}
     store = memory.store
     assert isinstance(store, SQLiteStore)
     block = store._indexes["knowledge"].users["alice"]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 from threadpoolctl import threadpool_info
 
@@ -51,8 +53,9 @@ def test_concurrent_scoring_restores_the_blas_thread_count() -> None:
     assert blas_threads() == before
 
 
-def _unit(rows: np.ndarray) -> np.ndarray:
-    return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+def _unit(rows: npt.NDArray[np.floating[Any]]) -> npt.NDArray[np.float32]:
+    norms: npt.NDArray[np.floating[Any]] = np.linalg.norm(rows, axis=1, keepdims=True)
+    return (rows / norms).astype(np.float32)
 
 
 def _clustered(rng: np.random.Generator, dims: int

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from ledgermem import Memory, SchemaMismatch, SearchOptions
 from ledgermem.memory import open_store
 from ledgermem.providers.embedders import embedder_from_name, normalise
 from ledgermem.retrieval.embedding import count_unstaged, reembed
-from ledgermem.store.base import ItemQuery
 from ledgermem.testing import HashEmbedder
+from ledgermem.types import ItemQuery
 from tests.support import rows, stored_embedding, traced
 
 
@@ -87,7 +89,7 @@ def test_a_rewritten_item_is_not_scored_by_its_old_vector(db_url: str) -> None:
     searcher = open_store(db_url)
     old = embedder.embed_query("The boat is moored in Porto")
 
-    def found(vector: list[float]) -> list[str]:
+    def found(vector: npt.NDArray[np.float32]) -> list[str]:
         return [i for i, _ in searcher.vector_search_items("alice", vector, ItemQuery(), 5)]
 
     assert found(old)[0] == boat.id                      # the index holds its vector
@@ -113,11 +115,10 @@ def test_vector_candidates_are_checked_through_the_vector_number_index(
         alice.add_turn("user", f"turn {n} about the garden")
     mem.flush()
     store: Any = mem.store
-    for search, index in ((lambda: alice.search("garden", touch=False),
+    for search, index in ((partial(alice.search, "garden", touch=False), "knowledge_emb"),
+                          (partial(alice.search, "garden", context="home", touch=False),
                            "knowledge_emb"),
-                          (lambda: alice.search("garden", context="home", touch=False),
-                           "knowledge_emb"),
-                          (lambda: alice.search_conversations("garden"), "conversations_emb")):
+                          (partial(alice.search_conversations, "garden"), "conversations_emb")):
         with traced(store, lambda sql: "emb_seq IN (" in sql) as seen:
             assert search()
         assert seen, "no check by emb_seq"
@@ -145,10 +146,10 @@ def test_a_filter_few_rows_pass_reads_those_rows_instead_of_ever_larger_slices(
     mem.flush()
     store: Any = mem.store
     query = ItemQuery(context="personal")
-    store.vector_search_items("alice", mem.embedder.embed_query("budget"),  # type: ignore[union-attr]
+    store.vector_search_items("alice", mem.embedder.embed_query("budget"),
                               ItemQuery(), 10)          # the index loaded
     with traced(store, lambda sql: sql.startswith("SELECT emb_seq FROM")) as seen:
-        found = store.vector_search_items("alice", mem.embedder.embed_query("budget"),  # type: ignore[union-attr]
+        found = store.vector_search_items("alice", mem.embedder.embed_query("budget"),
                                           query, 10)
     assert sorted(i for i, _ in found) == sorted(item.id for item in wanted)
     assert [score for _, score in found] == sorted((s for _, s in found), reverse=True)
@@ -157,7 +158,7 @@ def test_a_filter_few_rows_pass_reads_those_rows_instead_of_ever_larger_slices(
     plan = " ".join(str(r[-1]) for r in store._read("EXPLAIN QUERY PLAN " + seen[1]))
     assert "knowledge_emb" not in plan, plan               # the context's index
     with traced(store, lambda sql: sql.startswith("SELECT emb_seq FROM")) as seen:
-        assert store.vector_search_items("alice", mem.embedder.embed_query("budget"),  # type: ignore[union-attr]
+        assert store.vector_search_items("alice", mem.embedder.embed_query("budget"),
                                          ItemQuery(context="nowhere"), 10) == []
     assert len(seen) == 2, seen
     mem.close()

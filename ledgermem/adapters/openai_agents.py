@@ -99,7 +99,8 @@ class LedgermemSession:
             self.sessions = Sessions(sync, options)
         self.session_id = session_key(user, channel)
         self.user, self.channel = user, channel
-        self.session_settings = session_settings or SessionSettings()
+        # typed as the protocol declares it, so the session is an SDK ``Session``
+        self.session_settings: SessionSettings | None = session_settings or SessionSettings()
         self._limiter = anyio.CapacityLimiter(threads)
 
     @property

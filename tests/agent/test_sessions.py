@@ -408,7 +408,7 @@ def test_bad_names_and_options_are_invalid_input() -> None:
     for options in ({"window_turns": 0}, {"window_turns": True},
                     {"idle_consolidate_minutes": 0}, {"idle_consolidate_minutes": "30"}):
         with pytest.raises(InvalidInput):
-            SessionOptions(**options)  # type: ignore[arg-type]
+            SessionOptions(**options)
 
 
 def test_bad_turns_store_nothing(mem: Memory, timers: FakeTimers) -> None:

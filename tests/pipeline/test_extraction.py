@@ -4,10 +4,12 @@ DELETE then restore, what the model is shown, and the queue."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from ledgermem import Memory, NotFound, UserMemory
+from ledgermem import Memory, NotFound, OpenAICompatibleLLM, UserMemory
 from ledgermem.testing import Reply, ScriptedLLMServer
 from tests.pipeline.scripts import LONG, add, aliases, kinds, ops, said, turns_section
 from tests.support import FakeClock, rows
@@ -60,9 +62,9 @@ def test_the_model_sees_the_turns_and_the_default_steering(mem: Memory, alice: U
     assert request.body["response_format"]["json_schema"]["name"] == "ExtractionResult"
 
 
-def test_extraction_instructions_replace_the_default(tmp_path, clock: FakeClock,
+def test_extraction_instructions_replace_the_default(tmp_path: Path, clock: FakeClock,
                                                      server: ScriptedLLMServer,
-                                                     llm) -> None:
+                                                     llm: OpenAICompatibleLLM) -> None:
     from tests.pipeline.conftest import open_memory
 
     with open_memory(tmp_path / "i.db", clock, llm,
@@ -81,7 +83,7 @@ def test_existing_items_are_shown_under_aliases_and_mapped_back(
     alice.remember("Has a cat called Miso", category="fact")
     shown: dict[str, str] = {}
 
-    def answer(body: dict) -> dict:
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
         shown.update(aliases(body["messages"][1]["content"]))
         alias = next(a for a, text in shown.items() if "bakery" in text)
         return ops({"op": "UPDATE", "id": alias, "content": "Works at Atelier Sul in Lisbon",
@@ -267,7 +269,8 @@ def test_history_says_who_and_why_for_user_changes(alice: UserMemory, clock: Fak
 
 
 def test_turns_queued_without_an_llm_are_extracted_once_one_is_configured(
-        tmp_path, clock: FakeClock, server: ScriptedLLMServer, llm) -> None:
+        tmp_path: Path, clock: FakeClock, server: ScriptedLLMServer,
+        llm: OpenAICompatibleLLM) -> None:
     from tests.pipeline.conftest import open_memory
 
     path = tmp_path / "later.db"

@@ -4,12 +4,15 @@ skipped, the rest applied."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from ledgermem import Memory, UserMemory
+from ledgermem import Memory, OpenAICompatibleLLM, UserMemory
 from ledgermem.testing import ScriptedLLMServer
 from tests.pipeline.scripts import LONG, add, ops, said
+from tests.support import FakeClock
 
 TOPICS = ("painting watercolours", "learning Portuguese", "training for a marathon",
           "restoring an old bicycle")
@@ -19,7 +22,7 @@ def topic_turn(topic: str) -> str:
     return f"These days I spend most evenings {topic} " + LONG
 
 
-def extracted(mem: Memory) -> list[dict]:
+def extracted(mem: Memory) -> list[dict[str, Any]]:
     return [e.payload for e in mem.store.events("alice", kinds=["turns.extracted"])]
 
 
@@ -85,14 +88,14 @@ def test_bad_operations_are_skipped_and_the_rest_applied(
         said(alice, "I finished restoring the bicycle and I am still training for the "
                     "marathon, and I started painting watercolours " + LONG)
         mem.flush()
-    shown = {"1": None, "2": None}
+    shown: dict[str, str | None] = {"1": None, "2": None}
     prompt = server.chat_requests[0].body["messages"][1]["content"]
     for alias, item in (("1", bike), ("2", marathon)):
         if f"[{alias}]" in prompt and item.content in prompt.split(f"[{alias}]", 1)[1][:200]:
             shown[alias] = item.id
     deleted = [i for i in (bike, marathon) if not alice.get(i.id).active]
     assert len(deleted) == 1 and deleted[0].id == shown["1"]  # only the first DELETE
-    assert alice.get(shown["2"] or "").active  # type: ignore[arg-type]
+    assert alice.get(shown["2"] or "").active
     painting = next(i for i in alice.all_knowledge()["items"] if "watercolour" in i.content)
     assert (painting.category, painting.entity) == ("fact", None)  # salvaged, not dropped
     [done] = extracted(mem)
@@ -106,8 +109,9 @@ def test_bad_operations_are_skipped_and_the_rest_applied(
     assert len(warnings) == 6
 
 
-def test_the_delete_limit_is_configurable(tmp_path, clock, server: ScriptedLLMServer,
-                                          llm) -> None:
+def test_the_delete_limit_is_configurable(tmp_path: Path, clock: FakeClock,
+                                          server: ScriptedLLMServer,
+                                          llm: OpenAICompatibleLLM) -> None:
     from ledgermem import ExtractionOptions
     from tests.pipeline.conftest import open_memory
 

@@ -4,10 +4,11 @@ user, and its costs accounted for."""
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
-from ledgermem import InvalidInput, Memory, UserMemory
+from ledgermem import InvalidInput, Memory, OpenAICompatibleLLM, UserMemory
 from ledgermem.testing import Reply, ScriptedLLMServer
 from tests.pipeline.conftest import open_memory
 from tests.pipeline.scripts import LONG, add, ops, said
@@ -82,8 +83,9 @@ def test_versions_can_only_move_between_active_and_inactive(alice: UserMemory) -
     assert alice.restore(item.id).active
 
 
-def test_maintenance_can_run_on_start_up(tmp_path, clock: FakeClock,
-                                         server: ScriptedLLMServer, llm) -> None:
+def test_maintenance_can_run_on_start_up(tmp_path: Path, clock: FakeClock,
+                                         server: ScriptedLLMServer,
+                                         llm: OpenAICompatibleLLM) -> None:
     path = tmp_path / "startup.db"
     with open_memory(path, clock, None) as offline:
         offline.for_user("alice").add_turns(

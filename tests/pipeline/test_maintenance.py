@@ -64,9 +64,9 @@ def test_reconciliation_applies_all_four_outcomes(
     assert len(server.chat_requests) == 4  # one call per pair, none across contexts
     conf = {ctx: (alice.get(a).confidence, alice.get(b).confidence)
             for ctx, (a, b) in pairs.items()}
-    assert conf["reinforce"] == (pytest.approx(0.85), pytest.approx(0.85))
+    assert conf["reinforce"] == pytest.approx((0.85, 0.85))
     assert conf["contradict"][1] == pytest.approx(0.9)
-    assert conf["weaken"] == (pytest.approx(0.7), pytest.approx(0.8))
+    assert conf["weaken"] == pytest.approx((0.7, 0.8))
     assert conf["neutral"] == (0.8, 0.8)
     older, newer = pairs["contradict"]
     assert not alice.get(older).active and alice.get(older).valid_to is not None

@@ -214,6 +214,7 @@ def test_a_bulk_write_passes_one_array_per_column(
     assert sum("unnest(" in sql for sql in inserts) == 4   # events and rows of the two bulks
     assert sum("VALUES" in sql for sql in inserts) == 2    # the batch of three
     store = pg_memory.store
+    assert isinstance(store, PostgresStore)
     items = {i.id: i for i in store.query_items("alice", ItemQuery())[0]}
     assert [items[i.id].content for i in many] == [
         f"Jar {n} holds {n}00 grams of honey" for n in range(20)]

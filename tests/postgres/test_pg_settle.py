@@ -35,7 +35,7 @@ def _durable(url: str) -> str:
     the commits of its rows are not flushed."""
     params = conninfo_to_dict(url)
     params["options"] = f"{params.get('options') or ''} -c synchronous_commit=on".strip()
-    return make_conninfo(**params)
+    return make_conninfo("", **params)
 
 
 def test_an_import_leaves_the_postings_all_visible(pg_url: str, tmp_path: Path,

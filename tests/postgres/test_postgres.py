@@ -9,6 +9,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -682,7 +683,7 @@ def test_hnsw_search_of_turns_scores_the_nearest_with_their_neighbours(
     query = HashEmbedder().embed_query("kettle topic3 step7")
     for filters in (TurnQuery(), TurnQuery(session_id="b"), TurnQuery(role="user")):
         exact, _ = _exact_and_approximate(
-            store, lambda f=filters: store.vector_search_turns("alice", query, f, 10))
+            store, partial(store.vector_search_turns, "alice", query, filters, 10))
         assert len(exact) == 10
     # One long session, 64 nearest turns (limit 5): the best turns and their scores
     # are the exact ranking's.
@@ -765,7 +766,7 @@ def test_same_ranking_as_sqlite(pg_store: PostgresStore, tmp_path: Path) -> None
             alice = fill(memory, clock)
             runs: dict[str, Any] = {}
             for mode in ("keyword", "vector", "hybrid"):
-                memory.searcher.options = SearchOptions(mode=mode, limit=10)  # type: ignore[arg-type]
+                memory.searcher.options = SearchOptions(mode=mode, limit=10)
                 runs[mode] = [
                     [(h.content, {k: round(v, 4) for k, v in h.why.items()}) for h in
                      alice.search(q, touch=False) + alice.search_conversations(q)]

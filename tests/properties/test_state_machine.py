@@ -110,6 +110,10 @@ class StoreMatchesDict(RuleBasedStateMachine):
 
 
 def test_store_matches_dict(mem: Memory) -> None:
+    class OnTheTestsStore(StoreMatchesDict):
+        def __init__(self) -> None:
+            super().__init__(mem)
+
     run_state_machine_as_test(
-        lambda: StoreMatchesDict(mem),
+        OnTheTestsStore,
         settings=settings(max_examples=30, stateful_step_count=20, deadline=None))

@@ -196,9 +196,9 @@ CLI_TEXT = st.one_of(st.sampled_from([t for t in CRAFTED if len(t) < 200_000]),
                      st.integers().map(str), st.floats().map(str))
 
 
-def _commands(item: str, draw: Any) -> list[str]:
-    value = draw(CLI_TEXT, label="value")
-    return draw(st.sampled_from([
+def _commands(item: str, data: st.DataObject) -> list[str]:
+    value = data.draw(CLI_TEXT, label="value")
+    return data.draw(st.sampled_from([
         ["remember", value], ["remember", "ok", "--confidence", value],
         ["remember", "ok", "--due", value], ["remember", "ok", "--entity", value],
         ["recall", value], ["recall", "kites", "--top-k", value],
@@ -248,7 +248,7 @@ def _digest_of(db: str) -> Any:
 def test_the_cli_exits_2_or_3_with_one_line_and_changes_nothing(
         tmp_path_factory: pytest.TempPathFactory, data: st.DataObject) -> None:
     db, item = _cli_db(tmp_path_factory.mktemp("cli"))
-    args = _commands(item, data.draw)
+    args = _commands(item, data)
     before = _digest_of(db)
     code, _ = _run_cli(db, args)
     if code:

@@ -26,7 +26,7 @@ from ledgermem.testing import HashEmbedder
 from ledgermem.transfer import export_jsonl, import_jsonl
 from tests.support import FakeClock
 
-STORABLE = st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")
+STORABLE = st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00")
 TEXT = st.text(STORABLE, min_size=1, max_size=30).filter(str.strip)
 USERS = ("ann", "bo", "cy")
 STEPS = st.lists(st.tuples(
