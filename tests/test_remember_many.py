@@ -93,13 +93,8 @@ def test_templated_entries_are_compared_only_with_those_holding_their_number(
     assert dave.remember("My son Tom is 7 years old").written == "merged"
 
 
-def test_entries_without_numbers_are_compared_only_with_those_sharing_a_first_word(
-        mem: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without a number, date or name, an entry is compared with the earlier entries
-    that can overlap it: those sharing a word with its rarest few in the batch, or whose
-    rarest few it holds (prefix filtering). Entries alike in four words of five do not
-    overlap enough to restate each other; comparing each with all of them took 19.5 s
-    for 4,000."""
+def _counting_overlaps(monkeypatch: pytest.MonkeyPatch) -> list[AbstractSet[str]]:
+    """The word sets the writer's ``overlaps`` is called with from now on, in order."""
     compared: list[AbstractSet[str]] = []
     overlaps = dedup.overlaps
 
@@ -108,6 +103,17 @@ def test_entries_without_numbers_are_compared_only_with_those_sharing_a_first_wo
         return overlaps(words, others)
 
     monkeypatch.setattr(writer, "overlaps", counted)
+    return compared
+
+
+def test_entries_without_numbers_are_compared_only_with_those_sharing_a_first_word(
+        mem: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a number, date or name, an entry is compared with the earlier entries
+    that can overlap it: those sharing a word with its rarest few in the batch, or whose
+    rarest few it holds (prefix filtering). Entries alike in four words of five do not
+    overlap enough to restate each other; comparing each with all of them took 19.5 s
+    for 4,000."""
+    compared = _counting_overlaps(monkeypatch)
     code = ["".join(chr(ord("a") + int(d)) for d in str(n)) for n in range(400)]
     items = mem.for_user("alice").remember_many([f"crate {c} holds quince jam" for c in code])
     assert {i.written for i in items} == {"added"}
@@ -124,14 +130,7 @@ def test_a_name_every_entry_holds_does_not_make_each_entry_read_all_of_them(
     """Entries that all name one person ("Alice …") but share few other words are
     compared by their first words, the shorter list, not with every earlier entry
     holding the name (300 such entries compared 2,081 pairs)."""
-    compared: list[AbstractSet[str]] = []
-    overlaps = dedup.overlaps
-
-    def counted(words: AbstractSet[str], others: AbstractSet[str]) -> bool:
-        compared.append(words)
-        return overlaps(words, others)
-
-    monkeypatch.setattr(writer, "overlaps", counted)
+    compared = _counting_overlaps(monkeypatch)
     code = ["".join(chr(ord("a") + int(d)) for d in f"{n:03d}") for n in range(300)]
     entries = [f"Alice keeps {c}{c[::-1]} beside {c[::-1]}x near {c}q" for c in code]
     items = mem.for_user("alice").remember_many([*entries, entries[42] + "."])
