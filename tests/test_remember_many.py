@@ -93,6 +93,19 @@ def test_templated_entries_are_compared_only_with_those_holding_their_number(
     assert dave.remember("My son Tom is 7 years old").written == "merged"
 
 
+def test_a_batch_finds_a_stored_shorter_text_by_the_rare_number_both_hold(mem: Memory) -> None:
+    """A stored "Tom is 7" holds none of "My son Tom is 7 years old"'s three rarest
+    words, yet the longer text restates it; the rows holding its rare number ("7") are
+    its candidates, in a batch as in one call. (A batch once asked only the rows
+    holding two of the rarest words, which found none, and added it.)"""
+    erin = mem.for_user("erin")
+    stored = erin.remember("Tom is 7")
+    items = erin.remember_many(["Likes oat milk in coffee", "My son Tom is 7 years old",
+                                "Walks the dog at six"])
+    assert [i.written for i in items] == ["added", "merged", "added"]
+    assert items[1].id == stored.id
+
+
 def _counting_overlaps(monkeypatch: pytest.MonkeyPatch) -> list[AbstractSet[str]]:
     """The word sets the writer's ``overlaps`` is called with from now on, in order."""
     compared: list[AbstractSet[str]] = []

@@ -64,9 +64,6 @@ __all__ = ["Batch", "Draft", "ItemWriter"]
 When = Callable[[str | datetime | None], str | None]
 """Reads a time the caller gave (ISO, natural language, a datetime) as ISO UTC."""
 
-POSTINGS_FROM = 3
-"""Texts from which dedup reads its words' postings once for all (``_candidates``); a
-ranked lookup per text costs fewer statements below it (one each, against two)."""
 POSTINGS_TEXTS = 1_000
 """Texts answered from one read of their words' postings; a larger batch is read in
 parts, so that the postings held at once stay bounded (1,000 texts of the write
@@ -134,56 +131,46 @@ class ItemWriter:
         20,000 items the BM25 top 10 of the rows holding any of the longest words took
         1.3 ms a lookup; this, 0.3–0.6).
 
-        From ``POSTINGS_FROM`` texts on, those whose chosen words are each in at most
-        ``POSTINGS_CAP`` rows are answered together from those words' postings
-        (``Store.items_holding_two``): when no more than ``DEDUP_CANDIDATES`` current
-        items of its kind hold two, they are the ranked lookup's rows exactly; when
-        more do, those holding the most of the words, rarer words first. On a store
-        that pairs a rare word with a common one without reading the common one's
-        postings (SQLite), a text with two chosen words under the cap is answered
-        there too, leaving out only the items that hold two common words and none of
-        the others (restatements that drop a word merged as often: docs/retrieval.md,
-        "Round fourteen"). Of the others, a text
-        whose rarest number, date word or name (``rarest_marker``) is in at most
+        A text whose rarest number, date word or name (``rarest_marker``) is in at most
         ``DEDUP_CANDIDATES`` rows has for candidates the current items holding that
-        word, read from its postings: ``restates`` asks a restatement to hold it. Only
-        the rest get a lookup of their own: two of the chosen words, or, where a common
-        word's postings are costly to read (``Store.common_postings_costly``) and some
-        chosen words are common, one of the others (``dedup_lookup``).
+        word, read from its postings: ``restates`` asks a restatement to hold it, so
+        they are every candidate there is. Of the others, those whose chosen words are
+        each in at most ``POSTINGS_CAP`` rows (a single ``remember``'s too) are
+        answered together from those words' postings (``Store.items_holding_two``):
+        when no more than ``DEDUP_CANDIDATES`` current items of its kind hold two, they
+        are the ranked lookup's rows exactly; when more do, those holding the most of
+        the words, rarer words first. On a store that pairs a rare word with a common
+        one without reading the common one's postings (SQLite), a text with two chosen
+        words under the cap is answered there too, leaving out only the items that hold
+        two common words and none of the others (restatements that drop a word merged
+        as often: docs/retrieval.md, "Round fourteen"). Only the rest get a lookup of
+        their own: two of the chosen words, or, where a common word's postings are
+        costly to read (``Store.common_postings_costly``) and some chosen words are
+        common, one of the others (``dedup_lookup``).
 
         Statements: one per text looked up alone (its keyword candidates); for the
         texts answered from postings, one per ``TERMS_PER_STATEMENT`` words read on
         SQLite (one in all on PostgreSQL) and one per 500 items holding them, once for
-        the chosen words and once for the marked texts'. Then one per 500 texts for the
-        items holding them exactly (by the content index) and one per 500 candidates.
+        the marked texts' words and once for the others' chosen words. Then one per
+        500 texts for the items holding them exactly (by the content index) and one per
+        500 candidates.
         ``counts``, ``cutoff``: ``_word_counts`` of the texts."""
-        # Texts the postings may answer: those whose chosen words are all under the
-        # cap and, where the store pairs a rarer word with a common one cheaply
-        # (``Store.items_holding_two``), those with two of three or more under it.
-        pairs = not self.store.common_postings_costly
-        few = [index for index, want in enumerate(wanted)
-               if (under := sum(counts.get(term, 0) <= POSTINGS_CAP for term in want.terms))
-               == len(want.terms) or (pairs and under >= 2 and len(want.terms) > 2)
-               ] if len(wanted) >= POSTINGS_FROM else []
-        held: dict[int, list[str] | None] = {
-            index: found for part in iter_chunks(few, POSTINGS_TEXTS)
-            for index, found in zip(part, self.store.items_holding_two(
-                user_id, [wanted[index].terms for index in part], DEDUP_CANDIDATES,
-                [wanted[index].kind() for index in part]), strict=True)}
-        # Of the texts left to a ranked lookup, one with a number, date or name that few
-        # rows hold: its restatement holds that word too, so the rows holding it are
-        # every candidate there is, read from its postings. Templated notes ("Work note
-        # 17 on the quarterly budget") share every other word with thousands of rows,
-        # which a ranked lookup scores.
-        marked = {index: rare[1] for index, want in enumerate(wanted)
-                  if held.get(index) is None
-                  and (rare := rarest_marker(want.text, counts)) is not None
+        # A text with a number, date or name that few rows hold: its restatement holds
+        # that word too (``restates``), so the rows holding it are every candidate there
+        # is, read from its postings. Templated notes ("Work note 17 on the quarterly
+        # budget") share every other word with thousands of rows.
+        marked = {index: [rare[1]] for index, want in enumerate(wanted)
+                  if (rare := rarest_marker(want.text, counts)) is not None
                   and rare[0] <= DEDUP_CANDIDATES}
-        held.update({index: found for part in iter_chunks(list(marked), POSTINGS_TEXTS)
-                     for index, found in zip(part, self.store.items_holding_two(
-                         user_id, [[marked[index]] for index in part], DEDUP_CANDIDATES,
-                         [wanted[index].kind() for index in part]), strict=True)
-                     if found is not None})
+        held = self._holding(user_id, wanted, marked)
+        # Of the others, those the postings may answer: those whose chosen words are all
+        # under the cap and, where the store pairs a rarer word with a common one
+        # cheaply (``Store.items_holding_two``), those with two of three or more under it.
+        pairs = not self.store.common_postings_costly
+        held.update(self._holding(user_id, wanted, {
+            index: want.terms for index, want in enumerate(wanted) if index not in held
+            and ((under := sum(counts.get(term, 0) <= POSTINGS_CAP for term in want.terms))
+                 == len(want.terms) or (pairs and under >= 2 and len(want.terms) > 2))}))
         keyed = [found if (found := held.get(index)) is not None else [
             item_id for item_id, _ in self.store.keyword_search_items(
                 user_id, list(terms), mode,
@@ -205,6 +192,17 @@ class ItemWriter:
                 user_id, ItemQuery(ids=tuple(ids)))[0])
         return [[known[i] for i in dict.fromkeys([item.id for item in same] + ids) if i in known]
                 for same, ids in zip(exact, keyed, strict=True)]
+
+    def _holding(self, user_id: str, wanted: Sequence[Wanted],
+                 lists: Mapping[int, Sequence[str]]) -> dict[int, list[str]]:
+        """``Store.items_holding_two`` of the term lists of some texts (by their index in
+        ``wanted``), ``POSTINGS_TEXTS`` texts a call; the texts it leaves to a ranked
+        lookup are left out."""
+        return {index: found for part in iter_chunks(list(lists), POSTINGS_TEXTS)
+                for index, found in zip(part, self.store.items_holding_two(
+                    user_id, [lists[index] for index in part], DEDUP_CANDIDATES,
+                    [wanted[index].kind() for index in part]), strict=True)
+                if found is not None}
 
     # writes -----------------------------------------------------------------------
     def remember(
