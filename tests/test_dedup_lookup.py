@@ -12,7 +12,7 @@ import pytest
 
 from ledgermem import Memory
 from ledgermem.benchmarks.scale import Corpus
-from ledgermem.domain.dedup import dedup_lookup, dedup_terms
+from ledgermem.domain.dedup import dedup_lookup, dedup_terms, dedup_triples
 from ledgermem.store import sql
 from ledgermem.store.postgres import PostgresStore
 from ledgermem.store.sql import item_where_sql
@@ -66,6 +66,23 @@ def test_the_rarest_words_are_chosen() -> None:
     counts = {"mountaineering": 40, "extraordinary": 40, "photographing": 40, "yak": 1,
               "elk": 2, "trip": 7}
     assert list(dedup_terms(text, counts)) == ["yak", "elk", "trip"]
+
+
+def test_triples_take_one_more_than_the_words_a_restatement_may_lack() -> None:
+    """Rarest words first, three a triple: at least two triples, one more than the
+    ``n // 5`` words a restatement may lack, and one more again where the words allow;
+    texts of fewer than six words keep two-of."""
+    def words(n: int) -> str:
+        return " ".join(FILLERS[:n])
+
+    counts = {word: 100 - n for n, word in enumerate(FILLERS)}   # later words rarer
+    assert dedup_triples(words(5), counts) is None
+    assert list(dedup_triples(words(6), counts) or []) == FILLERS[5::-1]
+    assert len(dedup_triples(words(9), counts) or []) == 9          # 1 may lack: 3 triples
+    assert len(dedup_triples(words(10), counts) or []) == 9         # 2 may lack: 3
+    assert len(dedup_triples(words(12), counts) or []) == 12        # 2: 4
+    assert len(dedup_triples(words(20), counts) or []) == 18        # 4: 6
+    assert list(dedup_triples(words(20), counts) or [])[:3] == ["tango", "sierra", "romeo"]
 
 
 def test_a_common_last_word_is_dropped_and_one_of_the_others_asked_for() -> None:
@@ -471,3 +488,62 @@ def test_a_large_batch_reads_the_postings_in_parts(mem: Memory, monkeypatch: Any
     assert parts == [2, 2, 2]
     assert [i.written for i in items] == ["merged"] * 5 + ["added"]
     assert [i.id for i in items[:5]] == [k.id for k in kept]
+
+
+def test_mode_triples_finds_the_rows_holding_all_of_one_triple(mem: Memory) -> None:
+    alice = mem.for_user("alice")
+    for text in ["walrus otter heron", "puffin gannet lynx tern", "walrus otter puffin gannet",
+                 "bison moose caribou", "heron lynx"]:
+        alice.remember(text, dedup=False)
+    search = mem.store.keyword_search_items
+    terms = ["walrus", "otter", "heron", "puffin", "gannet", "lynx", "caribou"]
+    found = search("alice", terms, "triples", ItemQuery(), 10)
+    # All of the first triple, of the second, or of the shorter last group; rows
+    # holding two words of each triple (which two-of finds) are not.
+    assert sorted(_contents(mem, [i for i, _ in found])) == [
+        "bison moose caribou", "puffin gannet lynx tern", "walrus otter heron"]
+    assert "walrus otter puffin gannet" in _contents(
+        mem, [i for i, _ in search("alice", terms, "two", ItemQuery(), 10)])
+    assert all(score > 0 for _, score in found)
+    assert [score for _, score in found] == sorted((s for _, s in found), reverse=True)
+    assert search("alice", terms, "triples", ItemQuery(category="preference"), 10) == []
+    assert search("bob", terms, "triples", ItemQuery(), 10) == []
+
+
+def test_a_restatement_of_common_words_behind_many_pairs_is_merged(
+        mem: Memory, monkeypatch: Any) -> None:
+    """A text whose words are all past the postings' cap gets a ranked lookup. The
+    item it restates holds its six words among many others; sixty short rows each
+    hold two of them, so BM25 ranks twelve of those above that item among the rows
+    holding two of the text's three rarest words (two-of's lookup missed it, and a
+    copy was added). None holds all of one triple of its words: the lookup of
+    triples finds only that item. PostgreSQL, which reads each posting as a row, keeps
+    two-of (``ItemWriter._lookup``)."""
+    monkeypatch.setattr("ledgermem.store.sql.POSTINGS_CAP", 3)
+    monkeypatch.setattr("ledgermem.domain.writer.POSTINGS_CAP", 3)
+    words = ["glacier", "walrus", "harbour", "lantern", "orchard", "meadow"]
+    alice = mem.for_user("alice")
+    twin = alice.remember(" ".join(words) + " beside the quiet fjord where the old ferry"
+                          " waits every summer for travellers from distant northern islands"
+                          " and coastal villages far across the grey windswept sea")
+    pairs = [(a, b) for n, a in enumerate(words) for b in words[n + 1:]]
+    alice.remember_many([f"{a} {b} {filler}" for a, b in pairs for filler in FILLERS[:4]],
+                        dedup=False)
+    text = " ".join(words)
+    assert dedup_triples(text, mem.store.term_counts("alice", "knowledge", words)[1])
+    asked: list[str] = []
+    search = mem.store.keyword_search_items
+
+    def recorded(user_id: str, terms: Any, mode: Any, query: ItemQuery, limit: int) -> Any:
+        asked.append(mode)
+        return search(user_id, terms, mode, query, limit)
+
+    monkeypatch.setattr(mem.store, "keyword_search_items", recorded)
+    again = alice.remember(text)
+    [many] = alice.remember_many([" ".join(reversed(words))])
+    if isinstance(mem.store, PostgresStore):
+        assert asked == ["two", "two"]
+        return
+    assert asked == ["triples", "triples"]
+    assert again.written == "merged" and again.id == twin.id
+    assert many.written == "merged" and many.id == twin.id

@@ -20,8 +20,8 @@ from typing import Literal, NamedTuple
 from ..retrieval.keyword import STOPWORDS, query_terms, word_set
 from ..types import Item
 
-__all__ = ["DEDUP_OVERLAP", "Said", "dedup_lookup", "dedup_terms", "markers", "overlaps",
-           "prefix_size", "rarest_marker", "restates", "said", "twin_of"]
+__all__ = ["DEDUP_OVERLAP", "Said", "dedup_lookup", "dedup_terms", "dedup_triples", "markers",
+           "overlaps", "prefix_size", "rarest_marker", "restates", "said", "twin_of"]
 
 DEDUP_OVERLAP = 0.8
 
@@ -136,6 +136,15 @@ def twin_of(text: str, category: str, context: str, entity: str | None,
     return None
 
 
+def _by_rarity(text: str, counts: Mapping[str, int] | None) -> list[str]:
+    """``text``'s search terms, rarest first by ``counts`` (longest first without, and
+    among ties: longer words tend to be rarer)."""
+    terms = sorted(query_terms(text, max_terms=512), key=lambda w: (-len(w), w))
+    if counts is not None:
+        terms.sort(key=lambda w: counts.get(w, 0))  # stable: ties stay longest first
+    return terms
+
+
 def dedup_terms(text: str, counts: Mapping[str, int] | None = None) -> Sequence[str]:
     """Words a near-duplicate must contain two of (all, when there are fewer than three).
 
@@ -145,10 +154,29 @@ def dedup_terms(text: str, counts: Mapping[str, int] | None = None) -> Sequence[
     lookup reads the fewest postings; without, the longest, as longer words tend to be
     rarer.
     """
-    terms = sorted(query_terms(text, max_terms=512), key=lambda w: (-len(w), w))
-    if counts is not None:
-        terms.sort(key=lambda w: counts.get(w, 0))  # stable: ties stay longest first
+    terms = _by_rarity(text, counts)
     return terms[: max(3, len(terms) // 5 + 2)]
+
+
+def dedup_triples(text: str, counts: Mapping[str, int]) -> Sequence[str] | None:
+    """For a ranked lookup, words a near-duplicate holds all three of one of their
+    consecutive triples (keyword mode ``triples``); None for a text of fewer than six
+    search terms, which keeps two-of (``dedup_terms``).
+
+    A restatement lacks at most ``n // 5`` of the text's ``n`` words, as for
+    ``dedup_terms``; with one triple more than that (and at least two), it holds every
+    word of one. The text's rarest words are taken, three a triple, with a triple more
+    where the words allow: a restatement lacking one word more, or a shorter stored
+    text the new one holds whole, is still found. Rows holding all of three words are
+    few even where each word is common, where two-of ranks every row holding two of
+    them: at 100,000 items on SQLite a lookup of a text whose chosen words were all in
+    more than 1,000 rows took 10.7 ms two-of and 4.9 triples, and found 463 of 463
+    restatements missing or adding a word where two-of's ten candidates held 443
+    (docs/retrieval.md, round sixteen)."""
+    terms = _by_rarity(text, counts)
+    lacking = max(1, len(terms) // 5)
+    triples = min(len(terms) // 3, lacking + 2)
+    return terms[: 3 * triples] if triples > lacking else None
 
 
 def dedup_lookup(terms: Sequence[str], counts: Mapping[str, int], cutoff: int

@@ -29,9 +29,9 @@ from __future__ import annotations
 import enum
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from itertools import chain
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
@@ -65,7 +65,7 @@ __all__ = [
 ]
 
 Vector = npt.NDArray[np.float32]
-MatchMode = Literal["and", "or", "two"]
+MatchMode = Literal["and", "or", "two", "triples"]
 Table = Literal["knowledge", "conversations"]
 POSTINGS_CAP = 1_000
 """Rows holding one term that ``items_holding_two`` reads; a list with a term in more
@@ -313,9 +313,11 @@ class TextIndex(Protocol):
 
         ``and``: the rows holding every term, by BM25 (newest first, score 0, when every
         term is common). ``two``: the rows holding at least two of the terms (one, when
-        only one is given), by BM25. ``or``: the rows holding some term: by BM25 over
-        the terms that are not common (``sql.COMMON_TERM_SHARE``), then the newest rows
-        holding a common term (score 0).
+        only one is given), by BM25. ``triples``: the rows holding every term of one of
+        the terms' consecutive triples (the first three, the next three, …; a last
+        group may be shorter), by BM25 over all the terms. ``or``: the rows holding some
+        term: by BM25 over the terms that are not common (``sql.COMMON_TERM_SHARE``),
+        then the newest rows holding a common term (score 0).
         """
 
     @scoped_to_user
@@ -545,10 +547,19 @@ _V = TypeVar("_V")
 def holding_two(holders: Sequence[Iterable[_V]]) -> Counter[_V]:
     """Keyword mode ``two`` over rows already found: of the rows holding each term (one
     collection per distinct term, a row once in each), those holding two of the terms
-    (every one, when fewer than three), with how many they hold."""
-    need = min(2, len(holders))
-    count = Counter(chain.from_iterable(holders))
-    return Counter({row: n for row, n in count.items() if n >= need})
+    (every one, when fewer than three), with how many they hold.
+
+    Found by intersecting each pair of terms' rows, so that only the rows holding two
+    are counted one by one: a batch's texts hold ~400 postings each and two of them
+    ~20 rows (counting every posting cost a third of a batch's lookups)."""
+    sets = [h if isinstance(h, AbstractSet) else set(h) for h in holders]
+    if len(sets) < 2:
+        return Counter(dict.fromkeys(sets[0], 1) if sets else {})
+    found: set[_V] = set()
+    for index, first in enumerate(sets):
+        for second in sets[index + 1:]:
+            found |= first & second
+    return Counter({row: sum(row in rows for rows in sets) for row in found})
 
 
 def iter_chunks(values: Sequence[_V], size: int = 500) -> Iterator[Sequence[_V]]:

@@ -773,6 +773,21 @@ class PostgresStore(SQLStore):
                 return []
 
             def bm25(words: Sequence[str], how: MatchMode) -> list[tuple[str, float]]:
+                if how == "triples":
+                    lexemes = self._lexemes(run, words)  # every word's, in one round trip
+                    groups = [group for start in range(0, len(words), 3)
+                              if (group := self._lexemes(run, words[start:start + 3]))]
+                    if not groups:
+                        return []
+                    branches = [_every(table, user_id, group) for group in groups]
+                    every = " UNION ".join(f"({sql})" for sql, _ in branches)
+                    idf = _IDF.format(table=table, lexemes="?::text[]")
+                    rows = run(_BM25_EVERY_SQL.format(table=table, idf=idf, every=every,
+                                                      where=where),
+                               [n_rows, lexemes, user_id,
+                                *(value for _, values in branches for value in values),
+                                avgdl + 1, *params, limit])
+                    return [(r[0], float(r[1])) for r in rows]
                 if how == "and":
                     lexemes = self._lexemes(run, words)
                     if len(lexemes) > 1:

@@ -117,19 +117,19 @@ def keyword_hits(
     newest: Callable[[Sequence[str], MatchMode], list[str]],
 ) -> list[tuple[str, float]]:
     """The keyword search both stores run over their own primitives: ``and`` ranks the
-    rows holding every term by BM25, ``two`` those holding two of them; ``or`` ranks by
-    BM25 over the terms that are not common, then fills with the newest rows holding a
-    common one (score 0). ``two`` of two terms is ``and`` (BM25 always), of one
-    ``or``. When every term is common, ``and`` lists the rows holding them all newest
-    first (score 0), as ``or`` does: ranking them could mean scoring thousands of rows,
-    as many as a common term's.
+    rows holding every term by BM25, ``two`` those holding two of them, ``triples``
+    those holding all of one triple; ``or`` ranks by BM25 over the terms that are not
+    common, then fills with the newest rows holding a common one (score 0). ``two`` of
+    two terms is ``and`` (BM25 always), of one ``or``. When every term is common,
+    ``and`` lists the rows holding them all newest first (score 0), as ``or`` does:
+    ranking them could mean scoring thousands of rows, as many as a common term's.
 
     ``bm25(terms, mode)`` returns up to ``limit`` (id, score) best first,
     ``common_terms(terms)`` the common ones, ``newest(terms, mode)`` up to ``limit`` ids
     of rows holding any (``or``) or all (``and``) of ``terms``, newest first.
     """
-    if mode == "two" and len(terms) > 2:
-        return bm25(terms, "two")
+    if mode == "triples" or (mode == "two" and len(terms) > 2):
+        return bm25(terms, mode)
     if mode in ("and", "two") and len(terms) > 1:
         # Not for ``two``: dedup's lookup wants the shortest rows holding a short
         # text's words, which BM25 ranks first, not the newest.
@@ -687,11 +687,12 @@ class SQLStore(ABC):
                 # Rarer words weigh more, as in BM25: among items holding as many of the
                 # terms, those whose held terms are in the fewest rows (a common term a
                 # row holds counts as past the cap).
-                weight = {t: math.log(len(postings.get(t, ())) or 1) for t in rare[index]}
-                rarity = dict.fromkeys(both.get(index) or (), math.log(POSTINGS_CAP + 1))
-                for term in rare[index]:
-                    for pk in postings.get(term, ()):
-                        rarity[pk] = rarity.get(pk, 0.0) + weight[term]
+                also = both.get(index)
+                weights = [(also, math.log(POSTINGS_CAP + 1))] if also is not None else []
+                weights += [(postings.get(t, set()), math.log(len(postings.get(t, ())) or 1))
+                            for t in rare[index]]
+                rarity = {pk: sum(weight for rows, weight in weights if pk in rows)
+                          for pk in kept}
                 kept.sort(key=lambda pk: (-pks[pk], rarity[pk], -pk))
                 kept = kept[:limit]
             else:
