@@ -4,6 +4,7 @@ on both stores."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,6 +15,7 @@ from ledgermem import Memory
 from ledgermem.benchmarks.scale import Corpus
 from ledgermem.domain.dedup import dedup_lookup, dedup_terms, dedup_triples
 from ledgermem.store import sql
+from ledgermem.store.base import holding_two
 from ledgermem.store.postgres import PostgresStore
 from ledgermem.store.sql import item_where_sql
 from ledgermem.store.sqlite import SQLiteStore
@@ -547,3 +549,11 @@ def test_a_restatement_of_common_words_behind_many_pairs_is_merged(
     assert asked == ["triples", "triples"]
     assert again.written == "merged" and again.id == twin.id
     assert many.written == "merged" and many.id == twin.id
+
+
+def test_holding_two_counts_the_rows_in_two_or_more_of_the_lists() -> None:
+    assert holding_two([{1, 2, 3}, [2, 3, 4], (3, 5), {6}]) == Counter({3: 3, 2: 2})
+    assert holding_two([{1, 2}, {2, 3}]) == Counter({2: 2})         # two lists: both
+    assert holding_two([[7, 8]]) == Counter({7: 1, 8: 1})           # one list: every row
+    assert holding_two([]) == Counter()
+    assert holding_two([{1}, {2}, {3}]) == Counter()

@@ -88,13 +88,19 @@ def said(text: str) -> Said:
     return Said(words, _markers(tokens), frozenset({w.lower() for w in tokens}) | words)
 
 
+_word_set = functools.lru_cache(maxsize=4096)(word_set)
+"""``word_set``, kept for the last texts asked about: ``restates``' first test of a
+stored candidate, before its markers are worth reading (``said``)."""
+
+
 def restates(text: str, other: str) -> bool:
     """Whether ``text`` and ``other`` say the same thing: more than ``DEDUP_OVERLAP``
     of the smaller word set shared, and no negation, number, date or name in one that
     the other lacks. A name is matched in any case ("Tom" in one, "tom" in the other)."""
-    mine, theirs = said(text), said(other)
-    if not overlaps(mine.words, theirs.words):
-        return False
+    mine = said(text)
+    if not overlaps(mine.words, _word_set(other)):
+        return False            # most candidates: their markers are never read
+    theirs = said(other)
     if ("¬" in mine.markers) != ("¬" in theirs.markers):
         return False
     return mine.markers - {"¬"} <= theirs.tokens and theirs.markers - {"¬"} <= mine.tokens

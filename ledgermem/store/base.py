@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
@@ -559,7 +560,7 @@ def holding_two(holders: Sequence[Iterable[_V]]) -> Counter[_V]:
     for index, first in enumerate(sets):
         for second in sets[index + 1:]:
             found |= first & second
-    return Counter({row: sum(row in rows for rows in sets) for row in found})
+    return Counter(chain.from_iterable(rows & found for rows in sets))
 
 
 def iter_chunks(values: Sequence[_V], size: int = 500) -> Iterator[Sequence[_V]]:

@@ -106,8 +106,9 @@ def common_term_rows_sql(rows_sql: str) -> tuple[str, list[Any]]:
 def _kind_matches(row: Sequence[Any], query: ItemQuery) -> bool:
     """Whether a row's (id, category, context, entity) passes ``query``'s filters on
     those three columns."""
-    return all(want is None or want == have for want, have in zip(
-        (query.category, query.context, query.entity), row[1:], strict=True))
+    return ((query.category is None or query.category == row[1])
+            and (query.context is None or query.context == row[2])
+            and (query.entity is None or query.entity == row[3]))
 
 
 def keyword_hits(
