@@ -18,6 +18,7 @@ from collections.abc import Set as AbstractSet
 from typing import Literal, NamedTuple
 
 from ..retrieval.keyword import STOPWORDS, query_terms, word_set
+from ..store.base import rare_and_common
 from ..types import Item
 
 __all__ = ["DEDUP_OVERLAP", "Said", "dedup_lookup", "dedup_terms", "dedup_triples", "markers",
@@ -203,7 +204,7 @@ def dedup_lookup(terms: Sequence[str], counts: Mapping[str, int], cutoff: int
     (Restatements missing a word, 800 in batches and 180 one at a time at 100,000
     items on PostgreSQL: as many merged as with two-of.)"""
     rare = [term for term in terms if counts.get(term, 0) <= cutoff]
-    if len(terms) > 2 and 2 <= len(rare) < len(terms):
+    if rare_and_common(len(terms), len(rare)):
         return rare, "or"
     return terms, "two"
 

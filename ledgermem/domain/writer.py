@@ -23,7 +23,7 @@ from typing import Any, Literal, NamedTuple
 from ..clock import Clock, iso, new_id
 from ..errors import InvalidInput, NotFound
 from ..retrieval.keyword import query_terms
-from ..store.base import POSTINGS_CAP, MatchMode, Store, iter_chunks
+from ..store.base import POSTINGS_CAP, MatchMode, Store, iter_chunks, rare_and_common
 from ..types import CATEGORIES, SOURCES, START_CONFIDENCE, Event, Item, ItemQuery, Scope
 from ..validation import (
     check_choice,
@@ -171,7 +171,7 @@ class ItemWriter:
         held.update(self._holding(user_id, wanted, {
             index: want.terms for index, want in enumerate(wanted) if index not in held
             and ((under := sum(counts.get(term, 0) <= POSTINGS_CAP for term in want.terms))
-                 == len(want.terms) or (pairs and under >= 2 and len(want.terms) > 2))}))
+                 == len(want.terms) or (pairs and rare_and_common(len(want.terms), under)))}))
         keyed = [found if (found := held.get(index)) is not None else [
             item_id for item_id, _ in self.store.keyword_search_items(
                 user_id, *self._lookup(want, counts, cutoff), want.kind(), DEDUP_CANDIDATES)]

@@ -59,6 +59,7 @@ __all__ = [
     "declaring",
     "holding_two",
     "protocol_methods",
+    "rare_and_common",
     "row_scope",
     "scoped_to_events",
     "scoped_to_user",
@@ -543,6 +544,17 @@ def protocol_methods() -> dict[str, Callable[..., Any]]:
 
 
 _V = TypeVar("_V")
+
+
+def rare_and_common(terms: int, rare: int) -> bool:
+    """Whether a dedup lookup's ``terms`` words, ``rare`` of them rare (the others
+    common), are asked for as one of the rare ones or a rare one with a common one,
+    not two of them all: more than two words, at least two rare and at least one
+    common. A restatement lacks at most ``n // 5`` of a text's ``n`` words, so it holds
+    two of any ``n // 5 + 2`` of them and one of any ``n // 5 + 1``: with one common
+    word among the chosen, one of the rare ones finds it as surely; with more, asking
+    for two rare ones at least keeps it ranked above the rows holding one."""
+    return terms > 2 and 2 <= rare < terms
 
 
 def holding_two(holders: Sequence[Iterable[_V]]) -> Counter[_V]:

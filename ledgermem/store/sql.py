@@ -32,6 +32,7 @@ from .base import (
     Vector,
     holding_two,
     iter_chunks,
+    rare_and_common,
 )
 from .word_counts import WordCounts
 
@@ -656,7 +657,7 @@ class SQLStore(ABC):
         # A list with a term past the cap: the rows holding one of its other terms and
         # one of those (``_holding_both``), where the store can tell them apart cheaply.
         mixed = [index for index, terms in enumerate(lists)
-                 if len(terms) > 2 and 2 <= len(rare[index]) < len(terms)]
+                 if rare_and_common(len(terms), len(rare[index]))]
         both = dict(zip(mixed, self._holding_both(user_id, [
             (rare[index], [t for t in lists[index] if t not in rare[index]])
             for index in mixed]) if mixed else [], strict=True))
