@@ -8,6 +8,7 @@ timeout, with a bounded retry so "database is locked" never reaches the caller.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -152,6 +153,108 @@ them pass its filters reads every row that passes (when at most ``FEW_PASS_ROWS`
 and ranks those, instead of checking ever larger slices (``SQLiteStore._filtered``)."""
 
 
+log = logging.getLogger("ledgermem.store")
+
+CHECKPOINT_DELAY_S = 0.05
+"""How long the checkpoint thread lets a burst of commits gather before it copies the
+WAL into the database file (``_Checkpointer``)."""
+CHECKPOINT_BACKSTOP_PAGES = 4_000
+"""WAL pages past which a committing connection checkpoints itself (SQLite's
+``wal_autocheckpoint``, 1,000 by default): only when the checkpoint thread falls
+behind, so the WAL stays under about 16 MiB."""
+CHECKPOINT_IDLE_S = 30.0
+"""A checkpoint thread with no write to follow this long ends (the next write starts
+another)."""
+
+
+class _Checkpointer:
+    """Copies the WAL into the database file from a thread of its own, shortly after
+    writes, so that no caller's commit does it.
+
+    SQLite checkpoints in the commit that takes the WAL past ``wal_autocheckpoint``
+    pages. At 100,000 items a ``remember`` writes 32 pages (ten of FTS5's index, one or
+    two for each of eleven table indexes), so about every 30th paid for copying a
+    thousand: a ``COMMIT`` took 0.49–0.52 ms on average, 0.11 without checkpoints
+    (docs/retrieval.md, round sixteen). Here a ``PASSIVE`` checkpoint, which neither
+    waits for nor blocks readers and writers, runs ``CHECKPOINT_DELAY_S`` after a write;
+    a store's connections checkpoint themselves only past
+    ``CHECKPOINT_BACKSTOP_PAGES``. The thread holds its own connection and ends when
+    the store closes or after ``CHECKPOINT_IDLE_S`` without writes."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._running = threading.Lock()
+        """Held while the thread checkpoints (``paused``)."""
+        self.checkpoints = 0
+        """Checkpoints run so far (for tests and diagnostics)."""
+
+    def wrote(self) -> None:
+        """A transaction of this store committed: checkpoint soon."""
+        with self._lock:
+            if self._stop.is_set():
+                return
+            self._wake.set()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="ledgermem-checkpoint")
+                self._thread.start()
+
+    def _checkpoint(self, conn: sqlite3.Connection) -> None:
+        """One ``PASSIVE`` checkpoint; should it fail, a later one or a commit past
+        ``CHECKPOINT_BACKSTOP_PAGES`` copies the WAL (nothing is lost either way)."""
+        try:
+            with _translated():
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            self.checkpoints += 1
+        except StorageError as exc:
+            log.debug("background checkpoint of %s failed: %s", self._path, exc)
+
+    def _run(self) -> None:
+        try:
+            with _translated():
+                conn = sqlite3.connect(self._path, isolation_level=None,
+                                       check_same_thread=False)
+        except StorageError as exc:  # commits past the backstop checkpoint instead
+            log.debug("no checkpoint thread for %s: %s", self._path, exc)
+            with self._lock:
+                self._thread = None
+            return
+        try:
+            while not self._stop.is_set():   # ``close`` sets it before it wakes us
+                if not self._wake.wait(CHECKPOINT_IDLE_S):
+                    with self._lock:
+                        if not self._wake.is_set():
+                            self._thread = None
+                            return
+                if self._stop.wait(CHECKPOINT_DELAY_S):
+                    return
+                self._wake.clear()     # a commit from here on asks for another round
+                with self._running:
+                    self._checkpoint(conn)
+        finally:
+            conn.close()
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """No checkpoint from this thread in the block (it waits for one under way): a
+        ``TRUNCATE`` checkpoint, which empties the WAL, fails while another runs."""
+        with self._running:
+            yield
+
+    def close(self) -> None:
+        """Stop the thread, waiting for a checkpoint under way to finish."""
+        with self._lock:
+            self._stop.set()
+            self._wake.set()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+
 class _ThreadConnection:
     """One thread's connection, released when the thread's ``threading.local`` data is
     (when the thread ends, or the store is dropped)."""
@@ -202,6 +305,7 @@ class SQLiteStore(SQLStore):
         self._words = WordCounts(KEYWORD_STATS_TTL_S, per_user=False)
         self._indexes: dict[str, VectorIndex] = {"knowledge": VectorIndex(),
                                                  "conversations": VectorIndex()}
+        self._checkpointer = _Checkpointer(self.path)
         self._migrate(migrations)
 
     # connections ------------------------------------------------------------------
@@ -218,6 +322,7 @@ class SQLiteStore(SQLStore):
                 conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
                 self._retry(lambda c=conn: c.execute("PRAGMA journal_mode = WAL"))
                 conn.execute("PRAGMA synchronous = NORMAL")
+                conn.execute(f"PRAGMA wal_autocheckpoint = {CHECKPOINT_BACKSTOP_PAGES}")
                 # Forgotten text must not linger in free pages of the file.
                 conn.execute("PRAGMA secure_delete = ON")
             self._local.conn = conn
@@ -263,6 +368,7 @@ class SQLiteStore(SQLStore):
 
     def close(self) -> None:
         self._closed = True
+        self._checkpointer.close()
         with self._connections_lock:
             for conn in self._connections:
                 conn.close()
@@ -332,6 +438,7 @@ class SQLiteStore(SQLStore):
                     raise
                 finally:
                     self._local.depth = 0
+            self._checkpointer.wrote()
             for action in self._local.committed:
                 action()
 
@@ -655,9 +762,13 @@ class SQLiteStore(SQLStore):
         conn = self._conn()
         if conn.in_transaction:
             raise StorageError("vacuum cannot run inside a transaction")
-        with _translated(), self._write_lock:
+        with _translated(), self._write_lock, self._checkpointer.paused():
             self._retry(lambda: conn.execute("VACUUM"))
-            self._retry(lambda: conn.execute("PRAGMA wal_checkpoint(TRUNCATE)"))
+            # Busy while another process's connection checkpoints: the WAL must empty.
+            deadline = time.monotonic() + LOCK_RETRY_S
+            while self._retry(lambda: conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                              .fetchone())[0] and time.monotonic() < deadline:
+                time.sleep(0.01)
 
     def _purge_fts(self, run: Run) -> None:
         """Rewrite the full-text indexes from their tables so deleted terms leave the

@@ -22,6 +22,7 @@ from __future__ import annotations
 import io
 import itertools
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -225,10 +226,15 @@ def reads(handle: UserMemory, others: list[Person], memory: Memory) -> list[Any]
 
 
 def trace_in_sqlite_file(memory: Memory, text: str) -> int:
-    """How often ``text`` is in the database file and its WAL, after a checkpoint."""
+    """How often ``text`` is in the database file and its WAL, after a checkpoint (one
+    of the store's own may be under way: another waits for it)."""
     path: Path = memory.store.path  # type: ignore[attr-defined]
     with raw(path) as conn:
-        busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        for _ in range(500):
+            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if not busy:
+                break
+            time.sleep(0.01)
     assert busy == 0, "the checkpoint could not finish: the WAL was not emptied"
     return sum(p.read_bytes().count(text.encode())
                for p in path.parent.glob(path.name + "*") if p.is_file())
