@@ -99,3 +99,14 @@ def test_no_background_checkpoint_while_paused(tmp_path: Path) -> None:
         _until(lambda: checkpointer.checkpoints >= 2)
         memory.for_user("alice").forget_user()         # vacuums: the WAL is emptied
         assert (tmp_path / "m.db-wal").stat().st_size == 0
+
+
+def test_a_store_only_read_starts_no_thread(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    with Memory.open(str(path), embedder=None) as memory:
+        memory.for_user("alice").remember("the heron fishes at dawn")
+    with Memory.open(str(path), embedder=None) as memory:   # already at its schema
+        assert memory.for_user("alice").all_knowledge()["total"] == 1
+        assert _store(memory)._checkpointer._thread is None
+        memory.for_user("alice").remember("the lynx sleeps at noon")
+        assert _store(memory)._checkpointer._thread is not None

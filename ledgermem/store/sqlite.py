@@ -424,6 +424,7 @@ class SQLiteStore(SQLStore):
                 return
             with self._write_lock:
                 self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
+                changes = conn.total_changes
                 self._local.depth = 1
                 self._local.purge = False
                 self._local.committed = []
@@ -438,7 +439,8 @@ class SQLiteStore(SQLStore):
                     raise
                 finally:
                     self._local.depth = 0
-            self._checkpointer.wrote()
+            if conn.total_changes != changes:   # a transaction that wrote nothing (a
+                self._checkpointer.wrote()      # store opened at its latest schema) left no WAL
             for action in self._local.committed:
                 action()
 
