@@ -144,10 +144,8 @@ class ItemWriter:
         one without reading the common one's postings (SQLite), a text with two chosen
         words under the cap is answered there too, leaving out only the items that hold
         two common words and none of the others (restatements that drop a word merged
-        as often: docs/retrieval.md, "Round fourteen"). Only the rest get a lookup of
-        their own: two of the chosen words, or, where a common word's postings are
-        costly to read (``Store.common_postings_costly``) and some chosen words are
-        common, one of the others (``dedup_lookup``).
+        as often: docs/retrieval.md, "Round fourteen"). Only the rest get a ranked
+        lookup of their own (``_lookup``).
 
         Statements: one per text looked up alone (its keyword candidates); for the
         texts answered from postings, one per ``TERMS_PER_STATEMENT`` words read on
