@@ -85,6 +85,26 @@ def test_the_query_is_embedded_while_the_keyword_search_runs(
     assert hits and "vector_rank" in hits[0].why and "keyword_rank" in hits[0].why
 
 
+def test_sqlite_reads_nothing_beside_the_caller(watched: tuple[Memory, WatchedEmbedder]
+                                                ) -> None:
+    """SQLite's reads are this process's CPU: the vector search runs in the caller's
+    thread after the keyword search (``Store.reads_beside``; PostgreSQL's run beside,
+    tests/postgres/test_pg_beside.py)."""
+    memory, embedder = watched
+    store = memory.store
+    threads: list[int] = []
+    method = store.vector_search_turns
+
+    def watch(*args: object, **kwargs: object) -> list[tuple[str, float]]:
+        threads.append(threading.get_ident())
+        return method(*args, **kwargs)  # type: ignore[arg-type]
+
+    store.vector_search_turns = watch  # type: ignore[method-assign]
+    assert memory.for_user("alice").search_conversations("sunrise lake")
+    assert not store.reads_beside
+    assert threads == [threading.get_ident()] != embedder.query_threads
+
+
 def test_overlap_changes_no_ranking(watched: tuple[Memory, WatchedEmbedder]) -> None:
     memory, embedder = watched
     alice = memory.for_user("alice")

@@ -7,6 +7,7 @@ fusion → salience → top k. Filters are applied by the store, before ranking.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
@@ -137,7 +138,7 @@ class Searcher:
 
     def _retrieve(self, query: str, pool: int, keyword: Any, vector: Any,
                   more: Callable[[], dict[str, list[tuple[str, float]]]] | None,
-                  early: Callable[[Sequence[str]], object] | None,
+                  rows: _Rows,
                   finish: Callable[[dict[str, list[tuple[str, float]]]], list[Hit]],
                   ) -> list[Hit]:
         """``finish`` of the candidates of each retriever for ``query`` (already
@@ -147,21 +148,30 @@ class Searcher:
         The query's embedding starts first, in a worker thread (``embed_query_soon``),
         and the keyword searches and ``more`` run meanwhile: a hybrid search costs the
         longer of the two, not their sum. If the embedding is still running then,
-        ``early`` is given the candidates found so far (to load their rows while it
-        waits). The store calls before the wait share one ``Store.reading`` block, and
-        those after it another: no transaction is held while the vector is awaited
-        (a remote embedder may take a while). With nothing to wait for (keyword mode,
-        a query embedded before), one block holds them all."""
+        the rows of the candidates found so far are read (``rows``) while it runs.
+        The store calls before the wait share one ``Store.reading`` block, and those
+        after it another: no transaction is held while the vector is awaited (a remote
+        embedder may take a while). With nothing to wait for (keyword mode, a query
+        embedded before), one block holds them all. Where the store reads beside
+        (``Store.reads_beside``), the vector search and its hits' rows run in the
+        embedding's thread as soon as the vector is there (``_vector_beside``), and
+        the caller opens no second block for what little is left."""
         pending = None
         if self.options.mode != "keyword" and self.embedder is not None and query.strip():
             pending = self._remembered(("embed", query),
                                        lambda: embed_query_soon(self.embedder, query))
+        beside = self._vector_beside(pending, vector, pool, rows)
         ranked: dict[str, list[tuple[str, float]]] = {}
         others: dict[str, list[tuple[str, float]]] = {}
 
         def finished() -> list[Hit]:
             if pending is not None:
-                ranked["vector"] = vector(pending.result(), pool)
+                found = beside.result() if beside is not None else None
+                if found is not None:
+                    ranked["vector"] = found[0]
+                    rows.add(found[1])
+                else:
+                    ranked["vector"] = vector(pending.result(), pool)
             ranked.update(others)
             return finish(ranked)
 
@@ -176,14 +186,44 @@ class Searcher:
                     ranked["all_terms"] = every
             if more is not None:
                 others.update(more())
-            if pending is None or pending.done():   # nothing to wait for: one block
+            awaited = beside if beside is not None else pending
+            if awaited is None or awaited.done():   # nothing to wait for: one block
                 return finished()
-            if early is not None:
-                early([doc for hits in (*ranked.values(), *others.values())
+            rows.load([doc for hits in (*ranked.values(), *others.values())
                        for doc, _ in hits])
-        pending.result()    # computed meanwhile in the worker; no transaction is held
+        awaited.exception()  # computed meanwhile in the worker; no transaction is held
+        if beside is not None and beside.result() is not None:
+            return finished()    # the vector's hits and rows were read beside: no block
         with self.store.reading():
             return finished()
+
+    def _vector_beside(self, pending: Future[Any] | None, vector: Callable[[Any, int], Any],
+                       pool: int, rows: _Rows) -> Future[_Beside | None] | None:
+        """The vector search of ``pending``'s vector and its hits' rows, read in the
+        thread that computes the vector as soon as it is there, in a reading block of
+        its own (``Store.reading_beside``): on PostgreSQL they then run in a server
+        process beside the caller's keyword searches, where they ran after them. The
+        future's result is None where they did not run (no connection free at once,
+        or a failure, which the caller then meets itself). None where the store reads
+        nothing beside, or the vector is there already."""
+        if pending is None or pending.done() or not self.store.reads_beside:
+            return None
+        found: Future[_Beside | None] = Future()
+
+        def run(done: Future[Any]) -> None:
+            result = None
+            try:
+                if done.exception() is None:
+                    with self.store.reading_beside() as reading:
+                        if reading:
+                            hits = vector(done.result(), pool)
+                            result = (hits, rows.read([doc for doc, _ in hits]))
+            except Exception:   # the caller runs it again, and meets the error itself
+                result = None
+            found.set_result(result)
+
+        pending.add_done_callback(run)
+        return found
 
     def _keyword(self, terms: list[str], every: list[tuple[str, float]], search: Any,
                  limit: int) -> list[tuple[str, float]]:
@@ -229,7 +269,7 @@ class Searcher:
                 user_id, t, mode, filters, n)),
             lambda v, n: [hit for hit in self.store.vector_search_items(user_id, v, filters, n)
                           if hit[1] >= floor],
-            in_window, rows.load,
+            in_window, rows,
             lambda ranked: self._finish(
                 query, ranked, window, limit, now, rows.load,
                 lambda item: (item.updated_at, _importance(item), item.confidence),
@@ -271,7 +311,7 @@ class Searcher:
             query, pool,
             lambda t, mode, n: self.store.keyword_search_turns(user_id, t, mode, filters, n),
             lambda v, n: self.store.vector_search_turns(user_id, v, filters, n),
-            more, rows.load,
+            more, rows,
             lambda ranked: self._finish(
                 query, ranked, window, limit, now, rows.load,
                 lambda turn: (turn.ts, 0.5, 1.0), lambda turn: turn.ts, _speaker),
@@ -447,6 +487,10 @@ class Searcher:
         return scored[:limit]
 
 
+_Beside = tuple[list[tuple[str, float]], dict[str, Any]]
+"""A vector search's hits and their rows, read beside the caller (``_vector_beside``)."""
+
+
 class _Rows:
     """The rows of a search's candidates, each read once: those known before the
     query's embedding is ready can be read while it is computed, the rest after."""
@@ -460,9 +504,19 @@ class _Rows:
         """The rows of ``ids`` that exist, by id (reading those not read before)."""
         wanted = tuple(dict.fromkeys(doc for doc in ids if doc not in self._asked))
         if wanted:
-            self._asked.update(wanted)
-            self._found.update(self._read(wanted))
+            self.add(self._read(wanted), wanted)
         return {doc: self._found[doc] for doc in ids if doc in self._found}
+
+    def read(self, ids: Sequence[str]) -> dict[str, Any]:
+        """The rows of ``ids`` read now, kept nowhere: for another thread (``add``)."""
+        return self._read(tuple(dict.fromkeys(ids)))
+
+    def add(self, found: Mapping[str, Any], asked: Sequence[str] | None = None) -> None:
+        """Keep ``found`` (rows by id, read for ``asked``: those ids by default); a row
+        kept already stays as it was read."""
+        self._asked.update(found if asked is None else asked)
+        for doc, row in found.items():
+            self._found.setdefault(doc, row)
 
 
 def merge_hits(knowledge: Sequence[Hit], conversations: Sequence[Hit]) -> list[Hit]:

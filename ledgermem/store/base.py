@@ -171,6 +171,19 @@ class Ledger(Protocol):
         """Group this thread's reads (a search's several calls) into one round of the
         store's own overhead, where it has one: one transaction on PostgreSQL."""
 
+    reads_beside: bool
+    """Whether reads in a helper thread run beside the caller's (PostgreSQL: in a
+    server process of their own), so that a search runs its vector search in the
+    thread that embedded its query while its keyword searches run (``reading_beside``).
+    Not SQLite: its reads are this process's CPU, which a search keeps busy already
+    (measured: docs/retrieval.md, round seventeen)."""
+
+    @unscoped
+    def reading_beside(self) -> AbstractContextManager[bool]:
+        """``reading`` for a helper thread: it yields whether the helper got a
+        connection of its own at once (never waiting for one, which a caller waiting
+        for the helper might hold). False on a store without ``reads_beside``."""
+
     @unscoped
     def writing_for(self, user_id: str) -> AbstractContextManager[None]:
         """A ``transaction`` in which no other writer changes ``user_id``'s rows, so a

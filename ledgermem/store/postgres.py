@@ -44,7 +44,7 @@ from psycopg.abc import Buffer
 from psycopg.adapt import Loader
 from psycopg.pq import Format
 from psycopg.types import TypeInfo
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..clock import iso, system_clock
 from ..errors import InvalidInput, SchemaMismatch, StorageError, StoreClosed
@@ -198,6 +198,8 @@ WHERE {where} ORDER BY s.pk DESC LIMIT ?
 each fetched by ``pk`` as ``_BM25_SQL`` fetches its candidates. Given ``t.pk IN``
 instead, the planner merge-joined the rows found with a backward scan of the user's
 table: 67,000 rows read for 50 (150 ms at 100,000 turns)."""
+BESIDE_WAIT_S = 0.001
+"""How long ``reading_beside`` waits for a free pooled connection before giving up."""
 CORPUS_TTL_S = 60.0
 """How long a user's row count and mean row length (BM25's corpus statistics) are
 reused; this process's own writes to the user drop them at once."""
@@ -237,6 +239,8 @@ class _Local(threading.local):
     inside share it as it is, without a savepoint each."""
 
     def __init__(self) -> None:
+        self.empty: set[tuple[str, str]] | None = None
+        """Inside a ``reading`` block: the (table, user) found empty in it (``_corpus``)."""
         self.changed: dict[tuple[str, str], tuple[int, int]] = {}
         """(table, user) → (rows, tokens) the ``append`` under way added, net of what
         it removed (``_changed``)."""
@@ -352,6 +356,7 @@ class PostgresStore(SQLStore):
     _digest_text = True
     exact_search_limit = EXACT_SEARCH_LIMIT
     common_postings_costly = True
+    reads_beside = True
 
     def __init__(
         self,
@@ -374,6 +379,9 @@ class PostgresStore(SQLStore):
         """(table, user, word, cut-off) → (the ``_corpora`` entry counted under, the
         word's count): ``_common_terms``."""
         self._words = WordCounts(CORPUS_TTL_S, per_user=True)
+        self._many: dict[tuple[str, str], tuple[int, bool, float]] = {}
+        """(table, user) → (the limit counted to, whether the user's vectors passed it,
+        until when to trust it): ``_approximate``."""
         self._columns: dict[str, dict[str, str]] = {}
         """Per table, its columns' types: ``_column_types``."""
         self._word_lexemes: dict[str, tuple[str, ...]] = {}
@@ -465,14 +473,20 @@ class PostgresStore(SQLStore):
             return
         if self._closed:
             raise StoreClosed("the store is closed")
-        with _translated(), self._pool.connection() as conn:
-            local.conn, local.applied, local.locked = conn, None, frozenset()
-            try:
-                with conn.transaction():
-                    yield self._run(conn)
-            finally:
-                local.conn, local.applied, local.locked = None, None, frozenset()
-                self._idle_since[conn] = time.monotonic()    # back to the pool (_check)
+        with _translated(), self._pool.connection() as conn, self._holding(conn) as run:
+            yield run
+
+    @contextmanager
+    def _holding(self, conn: Conn) -> Iterator[Run]:
+        """A transaction on ``conn``, a pooled connection this thread holds meanwhile."""
+        local = self._local
+        local.conn, local.applied, local.locked = conn, None, frozenset()
+        try:
+            with conn.transaction():
+                yield self._run(conn)
+        finally:
+            local.conn, local.applied, local.locked = None, None, frozenset()
+            self._idle_since[conn] = time.monotonic()    # back to the pool (_check)
 
     @contextmanager
     def reading(self) -> Iterator[None]:
@@ -487,11 +501,36 @@ class PostgresStore(SQLStore):
             yield
             return
         with self._writing():
-            local.whole = True
+            local.whole, local.empty = True, set()
             try:
                 yield
             finally:
-                local.whole = False
+                local.whole, local.empty = False, None
+
+    @contextmanager
+    def reading_beside(self) -> Iterator[bool]:
+        """``reading`` on a pooled connection free at once (within ``BESIDE_WAIT_S``):
+        a helper thread's reads run in a server process of their own, beside the
+        caller's. Never waits for a connection held by a caller that may be waiting
+        for this helper; yields False then (and when this thread holds one already)."""
+        if self._closed or self._local.conn is not None:
+            yield False
+            return
+        try:
+            conn = self._pool.getconn(timeout=BESIDE_WAIT_S)
+        except PoolTimeout:
+            yield False
+            return
+        local = self._local
+        try:
+            with _translated(), conn, self._holding(conn):
+                local.whole, local.empty = True, set()
+                try:
+                    yield True
+                finally:
+                    local.whole, local.empty = False, None
+        finally:
+            self._pool.putconn(conn)
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         if self._local.conn is not None:
@@ -713,7 +752,10 @@ class PostgresStore(SQLStore):
         ``remember``. (A transaction that rolls back later leaves them counted until
         ``CORPUS_TTL_S``; stale statistics only shift scores.)"""
         changed, self._local.changed = self._local.changed, {}
+        if self._local.empty:   # a write inside a reading block: count again
+            self._local.empty.clear()
         for key, (rows, length) in changed.items():
+            self._many.pop(key, None)
             cached = self._corpora.get(key)
             if cached is None:
                 continue
@@ -893,10 +935,13 @@ class PostgresStore(SQLStore):
 
     def _corpus(self, run: Run, table: str, user_id: str) -> tuple[int, float]:
         """(rows, mean tokens per row) of this user's table, cached (``CORPUS_TTL_S``)
-        since counting is linear in the user's rows. An empty table is not cached:
-        search skips it, so a stale zero would hide rows another process (or a
-        rebuild) wrote meanwhile; stale non-zero statistics only shift scores."""
-        key = (table, user_id)
+        since counting is linear in the user's rows. An empty table is not cached past
+        the open block (``reading``: a search asks for knowledge's twice): search skips
+        it, so a stale zero would hide rows another process (or a rebuild) wrote
+        meanwhile; stale non-zero statistics only shift scores."""
+        key, empty = (table, user_id), self._local.empty
+        if empty is not None and key in empty:
+            return 0, 1.0
         cached = self._corpora.get(key)
         if cached is None or cached[2] <= time.monotonic():
             n_rows, length = run(f"SELECT count(*), coalesce(sum(doc_len), 0) FROM {table} "
@@ -904,6 +949,8 @@ class PostgresStore(SQLStore):
             cached = (int(n_rows), int(length), time.monotonic() + CORPUS_TTL_S)
             if n_rows:
                 self._corpora[key] = cached
+            elif empty is not None:
+                empty.add(key)
         n_rows, length = cached[0], cached[1]
         return n_rows, (length / n_rows if n_rows else 0.0) or 1.0
 
@@ -939,10 +986,21 @@ class PostgresStore(SQLStore):
     def _approximate(self, run: Run, table: str, user_id: str, limit: int) -> bool:
         """Whether this user has too many vectors for an exact search; if so, the
         transaction is set up for an HNSW scan that keeps going until enough rows
-        pass the filters (pgvector's iterative scan)."""
-        many = run(f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE user_id = ? AND "
-                   "embedding IS NOT NULL LIMIT ?) AS c",
-                   [user_id, self.exact_search_limit + 1])[0][0] > self.exact_search_limit
+        pass the filters (pgvector's iterative scan). The answer is kept
+        ``CORPUS_TTL_S``, or until this process writes the user's rows (the count
+        read up to ``exact_search_limit`` rows each search: 10,001 at 100,000 turns);
+        a stale one only picks the other of two valid searches."""
+        limit_rows, now = self.exact_search_limit, time.monotonic()
+        known = self._many.get((table, user_id))
+        if known is not None and known[0] == limit_rows and known[2] > now:
+            many = known[1]
+        else:
+            many = run(f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE user_id = ? AND "
+                       "embedding IS NOT NULL LIMIT ?) AS c",
+                       [user_id, limit_rows + 1])[0][0] > limit_rows
+            if len(self._many) >= 10_000:
+                self._many.clear()
+            self._many[(table, user_id)] = (limit_rows, many, now + CORPUS_TTL_S)
         if many:
             run("SELECT set_config('hnsw.ef_search', ?, true), "
                 "set_config('hnsw.iterative_scan', 'strict_order', true)",

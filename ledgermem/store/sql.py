@@ -355,6 +355,7 @@ class SQLStore(ABC):
     _words: WordCounts
     """Dedup's kept word counts (``term_counts``), raised by the rows inserted here."""
     common_postings_costly = False
+    reads_beside = False
 
     # backend hooks ----------------------------------------------------------------
     @abstractmethod
@@ -374,6 +375,10 @@ class SQLStore(ABC):
         """Several reads of this thread grouped, where the store gains by it (see
         ``PostgresStore.reading``); SQLite's reads are in-process calls already."""
         return nullcontext()
+
+    def reading_beside(self) -> AbstractContextManager[bool]:
+        """Nothing beside (``Store.reads_beside``), unless a backend says otherwise."""
+        return nullcontext(False)
 
     def writing_for(self, user_id: str) -> AbstractContextManager[None]:
         """A write transaction in which reads of ``user_id``'s rows stay current until

@@ -1044,16 +1044,17 @@ class SQLiteStore(SQLStore):
         # first cost 1.6 ms of a 100,000-item search.
         start, step = 0, max(limit + limit // 2, 32)
         while len(found) < limit and start < block.count:
-            chunk = [int(i) for i in block.best(scores, start, start + step)
-                     if np.isfinite(scores[i])]
-            if not chunk:
+            best = block.best(scores, start, start + step)
+            best = best[np.isfinite(scores[best])]
+            if not len(best):
                 break
-            seqs = [int(block.seqs[i]) for i in chunk]
+            chunk, seqs = best.tolist(), block.seqs[best].tolist()
             keep = {r[0] for r in self._read(
                 f"SELECT emb_seq FROM {table} INDEXED BY {table}_emb WHERE {where} "
                 f"AND emb_seq IN ({marks(len(seqs))})", [*params, *seqs])}
-            found += [(block.ids[i], float(scores[i]))
-                      for i, seq in zip(chunk, seqs, strict=True) if seq in keep]
+            ids = block.ids
+            found += [(ids[i], score) for i, seq, score
+                      in zip(chunk, seqs, scores[best].tolist(), strict=True) if seq in keep]
             if (not start and step < block.count
                     and len(found) < min(limit, FEW_PASS_SHARE * len(chunk))):
                 # Few rows pass: slices would check most of the scope to find them

@@ -311,10 +311,13 @@ def test_a_search_runs_in_two_transactions_and_none_while_its_vector_is_computed
         pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A conversation search makes several store calls (keyword, knowledge expansion,
     vector, rows). Those before the wait for the query's vector share one pooled
-    connection and transaction (``Store.reading``), those after it another: the scope
-    is told once each, and no connection is held while the vector is computed (a
-    remote embedder may take a while); with the vector known already, one block does.
-    A reranker runs after the blocks have ended."""
+    connection and transaction (``Store.reading``), and the scope is told once; no
+    connection is held while the vector is computed (a remote embedder may take a
+    while). The vector search and its hits' rows run beside, in the embedding's thread
+    and a block of its own (tests/postgres/test_pg_beside.py), so the caller opens no
+    second block; when it reads them itself (nothing beside), a second block holds them.
+    With the vector known already, one block does all. A reranker runs after the
+    blocks have ended."""
     order: list[str] = []
 
     class Slow(HashEmbedder):
@@ -352,10 +355,22 @@ def test_a_search_runs_in_two_transactions_and_none_while_its_vector_is_computed
         seen = _trace(monkeypatch)
         hits = alice.search_conversations("when did the bees swarm on the roof")
         assert hits and hits[0].turn is not None
+        assert order == ["begin", "end", "vector"]
+        assert len(handed) == 1
+        assert [scope for _, scope in seen if scope is not None] == [("alice", False)]
+        assert len(seen) >= 4    # several statements shared them
+        # Nothing read beside: the caller's second block reads the vector's hits.
+        order.clear()
+        handed.clear()
+        seen.clear()
+        store.reads_beside = False
+        try:
+            alice.search_conversations("when did the bees swarm on the roof today")
+        finally:
+            del store.reads_beside
         assert order == ["begin", "end", "vector", "begin", "end"]
         assert len(handed) == 2
         assert [scope for _, scope in seen if scope is not None] == [("alice", False)] * 2
-        assert len(seen) >= 5    # several statements shared them
         # Asked again, the query's vector is known (the query cache): one block.
         order.clear()
         handed.clear()
