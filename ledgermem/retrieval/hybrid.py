@@ -508,8 +508,11 @@ class _Rows:
         return {doc: self._found[doc] for doc in ids if doc in self._found}
 
     def read(self, ids: Sequence[str]) -> dict[str, Any]:
-        """The rows of ``ids`` read now, kept nowhere: for another thread (``add``)."""
-        return self._read(tuple(dict.fromkeys(ids)))
+        """The rows of those of ``ids`` not asked for yet, read now and kept nowhere:
+        for another thread (then ``add``; the caller may ask for some meanwhile)."""
+        asked = self._asked
+        wanted = tuple(dict.fromkeys(doc for doc in ids if doc not in asked))
+        return self._read(wanted) if wanted else {}
 
     def add(self, found: Mapping[str, Any], asked: Sequence[str] | None = None) -> None:
         """Keep ``found`` (rows by id, read for ``asked``: those ids by default); a row
