@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from datetime import timedelta
 
 import pytest
@@ -243,3 +246,18 @@ def test_operator_words_are_searchable_content(alice: UserMemory) -> None:
     item = alice.remember("rock and roll tonight")
     alice.remember("completely unrelated")
     assert ids(alice.search("AND")) == {item.id}
+
+
+def test_scores_are_the_same_in_every_process() -> None:
+    """A hit's score is its fused score over that of an ideal row, whose retrievers'
+    weights were summed in a set's order: which changes with each process's string
+    hashing, and so did the last bit of scores (a server's workers, or two runs,
+    disagreed). Eight hash seeds, one ideal."""
+    code = ("from ledgermem.retrieval.hybrid import Searcher, SearchOptions\n"
+            "searcher = Searcher(None, options=SearchOptions())\n"
+            "print(repr(searcher._ideal(dict.fromkeys(['keyword', 'vector', 'all_terms', "
+            "'items']), window=object(), speaker=True)))")
+    seen = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True, env={**os.environ, "PYTHONHASHSEED": str(seed)}
+                           ).stdout for seed in range(8)}
+    assert len(seen) == 1

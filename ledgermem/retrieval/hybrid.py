@@ -6,6 +6,7 @@ fusion → salience → top k. Filters are applied by the store, before ranking.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
@@ -344,7 +345,8 @@ class Searcher:
         if speaker:
             voters.add("speaker")
         weights = self._weights()
-        return sum(weights.get(name, 1.0) for name in voters) / (self.options.rrf_k + 1)
+        # fsum: exact, so the same in every process (a set's order is not)
+        return math.fsum(weights.get(name, 1.0) for name in voters) / (self.options.rrf_k + 1)
 
     def _finish(self, query: str, ranked: dict[str, list[tuple[str, float]]],
                 window: TimeWindow | None, limit: int, now: datetime,

@@ -182,6 +182,29 @@ rows. Here each lexeme's document count is an index-only count, the rows holding
 of them an ``INTERSECT`` of index-only scans of ``pk`` alone, and only those rows'
 postings are read (through the ``(pk)`` index) and scored, summed in lexeme order as
 there. Nothing joins two intermediate results: ``idf`` has a row per lexeme."""
+_BM25_BOTH_SQL = """
+WITH {idf}, scored AS MATERIALIZED (
+    SELECT p.pk, sum(i.idf * p.freq * 2.2
+                     / (p.freq + 1.2 * (0.25 + 0.75 * (p.doc_len + 1) / ?::float8))
+                     ORDER BY p.lexeme) AS score, count(*) AS held
+    FROM {table}_terms AS p JOIN idf AS i ON i.lexeme = p.lexeme
+    WHERE p.user_id = ? AND p.lexeme = ANY(?::text[])
+    GROUP BY p.pk
+)
+(SELECT t.id, s.score, true FROM (SELECT pk, score FROM scored WHERE held = ?
+                                 ORDER BY score DESC, pk) AS s
+ CROSS JOIN LATERAL (SELECT * FROM {table} AS t WHERE t.pk = s.pk OFFSET 0) AS t
+ WHERE {where} ORDER BY s.score DESC, s.pk LIMIT ?)
+UNION ALL
+(SELECT t.id, s.score, false FROM (SELECT pk, score FROM scored ORDER BY score DESC, pk) AS s
+ CROSS JOIN LATERAL (SELECT * FROM {table} AS t WHERE t.pk = s.pk OFFSET 0) AS t
+ WHERE {where} ORDER BY s.score DESC, s.pk LIMIT ?)
+"""
+"""``and`` and ``or`` over the same lexemes in one statement, for a search none of
+whose words is common: ``_BM25_SQL``'s scores (the same sums, in lexeme order, so the
+same to the last bit as ``_BM25_EVERY_SQL``'s for the rows holding every lexeme), the
+rows holding all of them (``held``: a row has one posting a lexeme) first, marked
+true, then the ``or`` ranking, each filtered and cut to its ``LIMIT``."""
 _NEWEST_SQL = """
 SELECT t.id FROM {table} AS t WHERE {where} AND EXISTS (
     SELECT 1 FROM {table}_terms AS p WHERE p.pk = t.pk AND p.lexeme = ANY(
@@ -225,6 +248,17 @@ _COSINE = "coalesce(nullif(1 - (embedding <=> ?::vector), 'NaN'), 0)"
 """Cosine similarity, 0 for a zero vector (pgvector says NaN), as SQLite's dot product."""
 
 
+class _Block:
+    """What a ``reading`` block (one transaction of reads) learnt that holds until it
+    ends, and not past it: another process may write meanwhile."""
+
+    def __init__(self) -> None:
+        self.empty: set[tuple[str, str]] = set()
+        """(table, user) found to hold no row (``_corpus``)."""
+        self.either: dict[tuple[Any, ...], list[tuple[str, float]]] = {}
+        """``or`` searches ranked by the statement of an ``and`` (``_keyword_search``)."""
+
+
 class _Local(threading.local):
     conn: Conn | None = None
     """The connection of this thread's open transaction, if any."""
@@ -239,8 +273,8 @@ class _Local(threading.local):
     inside share it as it is, without a savepoint each."""
 
     def __init__(self) -> None:
-        self.empty: set[tuple[str, str]] | None = None
-        """Inside a ``reading`` block: the (table, user) found empty in it (``_corpus``)."""
+        self.block: _Block | None = None
+        """Inside a ``reading`` block: what it learnt that holds until it ends."""
         self.changed: dict[tuple[str, str], tuple[int, int]] = {}
         """(table, user) → (rows, tokens) the ``append`` under way added, net of what
         it removed (``_changed``)."""
@@ -501,11 +535,11 @@ class PostgresStore(SQLStore):
             yield
             return
         with self._writing():
-            local.whole, local.empty = True, set()
+            local.whole, local.block = True, _Block()
             try:
                 yield
             finally:
-                local.whole, local.empty = False, None
+                local.whole, local.block = False, None
 
     @contextmanager
     def reading_beside(self) -> Iterator[bool]:
@@ -524,11 +558,11 @@ class PostgresStore(SQLStore):
         local = self._local
         try:
             with _translated(), conn, self._holding(conn):
-                local.whole, local.empty = True, set()
+                local.whole, local.block = True, _Block()
                 try:
                     yield True
                 finally:
-                    local.whole, local.empty = False, None
+                    local.whole, local.block = False, None
         finally:
             self._pool.putconn(conn)
 
@@ -752,8 +786,8 @@ class PostgresStore(SQLStore):
         ``remember``. (A transaction that rolls back later leaves them counted until
         ``CORPUS_TTL_S``; stale statistics only shift scores.)"""
         changed, self._local.changed = self._local.changed, {}
-        if self._local.empty:   # a write inside a reading block: count again
-            self._local.empty.clear()
+        if self._local.block is not None:   # a write inside a reading block
+            self._local.block = _Block()
         for key, (rows, length) in changed.items():
             self._many.pop(key, None)
             cached = self._corpora.get(key)
@@ -830,8 +864,23 @@ class PostgresStore(SQLStore):
                                 *(value for _, values in branches for value in values),
                                 avgdl + 1, *params, limit])
                     return [(r[0], float(r[1])) for r in rows]
+                block = self._local.block
+                either_key = (table, user_id, tuple(words), where, repr(params), limit)
                 if how == "and":
                     lexemes = self._lexemes(run, words)
+                    if len(lexemes) > 1 and block is not None and not self._common_terms(
+                            run, table, user_id, words, common_term_rows(n_rows)):
+                        # No word is common: ranking every posting costs about what the
+                        # INTERSECT does, and gives the ``or`` search's rows as well
+                        # (a search asks for them next when these are too few).
+                        rows = run(_BM25_BOTH_SQL.format(
+                            table=table, where=where,
+                            idf=_IDF.format(table=table, lexemes="?::text[]")),
+                            [n_rows, lexemes, user_id, avgdl + 1, user_id, lexemes,
+                             len(lexemes), *params, limit, *params, limit])
+                        block.either[either_key] = [(r[0], float(r[1])) for r in rows
+                                                    if not r[2]]
+                        return [(r[0], float(r[1])) for r in rows if r[2]]
                     if len(lexemes) > 1:
                         every, every_params = _every(table, user_id, lexemes)
                         idf = _IDF.format(table=table, lexemes="?::text[]")
@@ -840,6 +889,8 @@ class PostgresStore(SQLStore):
                                    [n_rows, lexemes, user_id, *every_params, avgdl + 1,
                                     *params, limit])
                         return [(r[0], float(r[1])) for r in rows]
+                if how == "or" and block is not None and either_key in block.either:
+                    return block.either.pop(either_key)
                 text = " ".join(words)
                 rows = run(_BM25_SQL.format(table=table, lexemes=_LEXEMES, where=where,
                                             idf=_IDF.format(table=table, lexemes=_LEXEMES),
@@ -939,8 +990,8 @@ class PostgresStore(SQLStore):
         the open block (``reading``: a search asks for knowledge's twice): search skips
         it, so a stale zero would hide rows another process (or a rebuild) wrote
         meanwhile; stale non-zero statistics only shift scores."""
-        key, empty = (table, user_id), self._local.empty
-        if empty is not None and key in empty:
+        key, block = (table, user_id), self._local.block
+        if block is not None and key in block.empty:
             return 0, 1.0
         cached = self._corpora.get(key)
         if cached is None or cached[2] <= time.monotonic():
@@ -949,8 +1000,8 @@ class PostgresStore(SQLStore):
             cached = (int(n_rows), int(length), time.monotonic() + CORPUS_TTL_S)
             if n_rows:
                 self._corpora[key] = cached
-            elif empty is not None:
-                empty.add(key)
+            elif block is not None:
+                block.empty.add(key)
         n_rows, length = cached[0], cached[1]
         return n_rows, (length / n_rows if n_rows else 0.0) or 1.0
 

@@ -384,3 +384,42 @@ def test_a_search_runs_in_two_transactions_and_none_while_its_vector_is_computed
         searcher = memory.searcher.with_options(reranker=rerank)
         assert searcher.search_turns("alice", "bees roof", TurnQuery(), 5,
                                      now=datetime.now(UTC))
+
+
+@pytest.mark.parametrize("kind", ["turns", "items"])
+def test_and_then_or_of_words_none_common_is_one_statement_in_a_block(
+        pg_memory: Memory, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    """Inside a reading block (a search), a keyword AND of words none of which is common
+    ranks the OR's rows in the same statement, and the OR that follows takes them: the
+    same rows and scores, to the last bit, as the two statements give outside a block."""
+    alice = pg_memory.for_user("alice")
+    texts = ([f"I painted a sunrise by the lake {n}" for n in range(20)]
+             + [f"A sunrise over the hills, morning {n}" for n in range(15)]
+             + [f"We swam in the lake at noon {n}" for n in range(15)])
+    store = pg_memory.store
+    assert isinstance(store, PostgresStore)
+    terms = ["painted", "sunrise", "lake"]
+    search: Any
+    if kind == "turns":
+        alice.add_turns([{"role": "user", "content": text} for text in texts], session_id="s")
+
+        def search(mode: Any) -> list[tuple[str, float]]:
+            return store.keyword_search_turns("alice", terms, mode, TurnQuery(), 50)
+    else:
+        alice.remember_many(texts, dedup=False)
+
+        def search(mode: Any) -> list[tuple[str, float]]:
+            return store.keyword_search_items("alice", terms, mode, ItemQuery(), 50)
+
+    apart = (search("and"), search("or"))
+    seen = _trace(monkeypatch)
+    with store.reading():
+        together = (search("and"), search("or"))
+    assert together == apart
+    assert len(apart[1]) == 50 > len(apart[0]) >= 20   # (a turn's neighbours count too)
+    assert sum(sql.startswith("WITH idf") for sql, _ in seen) == 1
+    # Asked again in a new block, the OR ranks anew (nothing kept past a block).
+    seen.clear()
+    with store.reading():
+        assert search("or") == apart[1]
+    assert sum(sql.startswith("WITH idf") for sql, _ in seen) == 1
