@@ -928,11 +928,16 @@ class PostgresStore(SQLStore):
             fetched = {r[0]: tuple(r[1]) for r in run(
                 "SELECT w, tsvector_to_array(to_tsvector('ledgermem_english', w)) "
                 "FROM unnest(?::text[]) AS w", [missing])}
-            if len(known) + len(fetched) > LEXEMES_KEPT:
-                known.clear()
-            known.update(fetched)
+            self._keep_lexemes(fetched)
             found.update(fetched)
         return sorted({lexeme for lexemes in found.values() for lexeme in lexemes or ()})
+
+    def _keep_lexemes(self, fetched: dict[str, tuple[str, ...]]) -> None:
+        """Keep each word's lexemes (``_lexemes``), up to ``LEXEMES_KEPT`` words."""
+        known = self._word_lexemes
+        if len(known) + len(fetched) > LEXEMES_KEPT:
+            known.clear()
+        known.update(fetched)
 
     def _common_terms(self, run: Run, table: str, user_id: str, terms: Sequence[str],
                       cutoff: int) -> set[str]:
@@ -974,15 +979,18 @@ class PostgresStore(SQLStore):
     def _term_counts(self, run: Run, table: str, user_id: str, terms: Sequence[str],
                      cutoff: int) -> dict[str, int]:
         """Each term's postings for this user (those of all its lexemes), each count
-        stopping past ``cutoff``: one statement for every term."""
+        stopping past ``cutoff``: one statement for every term. Its lexemes come back
+        too, kept for ``_lexemes`` (a search's AND asks for them next)."""
         words = sorted(set(terms))
         if not words:
             return {}
-        rows = run(f"SELECT term, (SELECT count(*) FROM (SELECT 1 FROM {table}_terms AS p "
-                   "WHERE p.user_id = ? AND p.lexeme = ANY(tsvector_to_array(to_tsvector("
-                   "'ledgermem_english', term))) LIMIT ?) AS c) FROM unnest(?::text[]) AS term",
+        rows = run(f"SELECT term, l.lexemes, (SELECT count(*) FROM (SELECT 1 FROM "
+                   f"{table}_terms AS p WHERE p.user_id = ? AND p.lexeme = ANY(l.lexemes) "
+                   "LIMIT ?) AS c) FROM unnest(?::text[]) AS term CROSS JOIN LATERAL (SELECT "
+                   "tsvector_to_array(to_tsvector('ledgermem_english', term)) AS lexemes) AS l",
                    [user_id, cutoff + 1, words])
-        return {r[0]: int(r[1]) for r in rows}
+        self._keep_lexemes({r[0]: tuple(r[1]) for r in rows})
+        return {r[0]: int(r[2]) for r in rows}
 
     def _corpus(self, run: Run, table: str, user_id: str) -> tuple[int, float]:
         """(rows, mean tokens per row) of this user's table, cached (``CORPUS_TTL_S``)
