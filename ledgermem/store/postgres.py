@@ -865,7 +865,8 @@ class PostgresStore(SQLStore):
                                 avgdl + 1, *params, limit])
                     return [(r[0], float(r[1])) for r in rows]
                 block = self._local.block
-                either_key = (table, user_id, tuple(words), where, repr(params), limit)
+                either_key = ((table, user_id, tuple(words), where, repr(params), limit)
+                              if block is not None else ())
                 if how == "and":
                     lexemes = self._lexemes(run, words)
                     if len(lexemes) > 1 and block is not None and not self._common_terms(
