@@ -504,17 +504,19 @@ class _Rows:
 
     def load(self, ids: Sequence[str]) -> dict[str, Any]:
         """The rows of ``ids`` that exist, by id (reading those not read before)."""
-        wanted = tuple(dict.fromkeys(doc for doc in ids if doc not in self._asked))
-        if wanted:
+        if wanted := self._unasked(ids):
             self.add(self._read(wanted), wanted)
         return {doc: self._found[doc] for doc in ids if doc in self._found}
 
     def read(self, ids: Sequence[str]) -> dict[str, Any]:
         """The rows of those of ``ids`` not asked for yet, read now and kept nowhere:
         for another thread (then ``add``; the caller may ask for some meanwhile)."""
+        return self._read(wanted) if (wanted := self._unasked(ids)) else {}
+
+    def _unasked(self, ids: Sequence[str]) -> tuple[str, ...]:
+        """Those of ``ids`` not asked for yet, once each, in order."""
         asked = self._asked
-        wanted = tuple(dict.fromkeys(doc for doc in ids if doc not in asked))
-        return self._read(wanted) if wanted else {}
+        return tuple(dict.fromkeys(doc for doc in ids if doc not in asked))
 
     def add(self, found: Mapping[str, Any], asked: Sequence[str] | None = None) -> None:
         """Keep ``found`` (rows by id, read for ``asked``: those ids by default); a row

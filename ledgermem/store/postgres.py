@@ -530,16 +530,11 @@ class PostgresStore(SQLStore):
         ``set_config`` and ``COMMIT`` around its statements (it now uses two blocks,
         before and after the wait for its query's vector). Inside a transaction
         already, nothing changes."""
-        local = self._local
-        if local.conn is not None:
+        if self._local.conn is not None:
             yield
             return
-        with self._writing():
-            local.whole, local.block = True, _Block()
-            try:
-                yield
-            finally:
-                local.whole, local.block = False, None
+        with self._writing(), self._one_block():
+            yield
 
     @contextmanager
     def reading_beside(self) -> Iterator[bool]:
@@ -555,16 +550,21 @@ class PostgresStore(SQLStore):
         except PoolTimeout:
             yield False
             return
-        local = self._local
         try:
-            with _translated(), conn, self._holding(conn):
-                local.whole, local.block = True, _Block()
-                try:
-                    yield True
-                finally:
-                    local.whole, local.block = False, None
+            with _translated(), conn, self._holding(conn), self._one_block():
+                yield True
         finally:
             self._pool.putconn(conn)
+
+    @contextmanager
+    def _one_block(self) -> Iterator[None]:
+        """The open transaction as one reading block (``_Local.whole``, ``_Block``)."""
+        local = self._local
+        local.whole, local.block = True, _Block()
+        try:
+            yield
+        finally:
+            local.whole, local.block = False, None
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         if self._local.conn is not None:
