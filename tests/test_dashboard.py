@@ -701,6 +701,31 @@ def test_a_slow_answer_to_an_older_request_is_not_shown_over_a_newer_one(
     expect(page.locator("#item-detail .item-content")).to_have_text(XSS)
 
 
+def test_a_filter_typed_while_the_page_loads_keeps_the_focus(page: Page, site: Site) -> None:
+    """The Knowledge page's first listing is held back while the user types an entity;
+    when it arrives, the focus stays in the filter (the page's heading takes it only
+    when the page is opened), so Enter applies the filter."""
+    from playwright.sync_api import expect
+
+    held = held_back(page, "**/v1/memories?*", lambda route, held: not held
+                     and "/v1/memories?" in route.request.url)   # the first listing
+    sign_in(page, site, site.alice)
+    open_page(page, "Knowledge")
+    expect(page.locator("#page-title")).to_be_focused()   # a navigation moves it there
+    page.get_by_label("Entity").fill("person:mallory")
+    for _ in range(100):   # the listing is asked for as the form is shown
+        if held:
+            break
+        page.wait_for_timeout(20)
+    assert held
+    held[0].continue_()
+    wait_summary(page, site.total(), 1)
+    assert page.evaluate("() => document.activeElement.name") == "entity"
+    page.keyboard.press("Enter")
+    wait_summary(page, 1, 1)
+    expect(page.locator("#kb-results tbody")).to_contain_text(XSS)
+
+
 def test_a_knowledge_page_left_while_loading_does_not_take_over_the_next(
         page: Page, site: Site) -> None:
     """The first Knowledge page's filter lists are held back while the user goes to

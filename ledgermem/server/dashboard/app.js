@@ -173,7 +173,10 @@ function userPicker() {
     ], rows, { empty: "No users yet." }));
 }
 
-async function render() {
+/** Show the page named in the address bar. `focusTitle` (a navigation) moves the focus to
+ * its heading as soon as the heading is shown, before the page's data arrives: moved any
+ * later, it would take the focus from a filter the user has already started typing in. */
+async function render({ focusTitle = false } = {}) {
   if (!me) return;
   const token = ++rendering;
   const page = currentPage();
@@ -186,6 +189,7 @@ async function render() {
   const body = h("div", { class: "page-body" });
   const heading = h("h1", { tabindex: "-1", id: "page-title" }, page.title);
   replace(main, heading, body);
+  if (focusTitle) heading.focus({ preventScroll: true });
   document.title = `${page.title} · ledgermem`;
   try {
     await page.view(body, ctx);
@@ -200,9 +204,7 @@ async function render() {
   }
 }
 
-window.addEventListener("hashchange", () => {
-  render().then(() => document.getElementById("page-title")?.focus({ preventScroll: true }));
-});
+window.addEventListener("hashchange", () => render({ focusTitle: true }));
 window.addEventListener("unhandledrejection", (event) => {
   const reason = event.reason;
   main.prepend(errorBox(reason instanceof Error ? reason : new Error(String(reason))));
