@@ -23,13 +23,33 @@ DIFFERENT_FACTS = [
     ("Team standup is every Monday at the office", "Team standup is every Tuesday at the office"),
     ("The lease on the flat ends in March 2027", "The lease on the flat ends in June 2027"),
     ("Sarah Chen is the manager of the data team", "Priya Nair is the manager of the data team"),
+    # one word in place of another, however many others they share
+    ("Severely allergic to shellfish, carries an epipen everywhere",
+     "Severely allergic to peanuts, carries an epipen everywhere"),
+    ("Works from the office three days a week, usually",
+     "Works from the office four days a week, usually"),
+    ("Keeps the thermostat set higher during the winter months",
+     "Keeps the thermostat set lower during the winter months"),
+    ("Prefers window seats on long flights for the view",
+     "Prefers aisle seats on long flights for the view"),
 ]
 
+# (stored, written, the text the merged item holds): a restatement that drops words
+# leaves the fuller text; one that adds words, or words only in another case or
+# stopwords, leaves the new one.
 RESTATEMENTS = [
-    ("Alice prefers green tea every single morning", "alice prefers green tea every morning"),
-    ("Prefers tea over coffee", "She prefers tea over coffee"),
-    ("Allergic to peanuts", "Allergic to peanuts."),
-    ("Meets Bob on Mondays at noon", "meets bob on mondays at noon"),
+    ("Alice prefers green tea every single morning", "alice prefers green tea every morning",
+     "Alice prefers green tea every single morning"),
+    ("Prefers tea over coffee", "She prefers tea over coffee", "She prefers tea over coffee"),
+    ("Allergic to peanuts", "Allergic to peanuts.", "Allergic to peanuts."),
+    ("Meets Bob on Mondays at noon", "meets bob on mondays at noon",
+     "meets bob on mondays at noon"),
+    ("Allergic to peanuts and carries an epipen", "Allergic to peanuts, carries an epipen",
+     "Allergic to peanuts, carries an epipen"),
+    ("Allergic to peanuts since early childhood", "Allergic to peanuts since childhood",
+     "Allergic to peanuts since early childhood"),
+    ("Allergic to peanuts since childhood", "Allergic to peanuts since early childhood",
+     "Allergic to peanuts since early childhood"),
 ]
 
 
@@ -43,15 +63,26 @@ def test_texts_that_state_a_different_fact_are_never_merged(
     assert {i.content for i in alice.all_knowledge()["items"]} == {first, second}
 
 
-@pytest.mark.parametrize(("first", "second"), RESTATEMENTS)
+@pytest.mark.parametrize(("first", "second", "kept"), RESTATEMENTS)
 def test_restatements_are_merged_and_the_result_says_into_what(
-        alice: UserMemory, first: str, second: str) -> None:
+        alice: UserMemory, first: str, second: str, kept: str) -> None:
     one = alice.remember(first)
     assert one.written == "added"
     two = alice.remember(second)
-    assert (two.id, two.written, two.content) == (one.id, "merged", second)
+    assert (two.id, two.written, two.content) == (one.id, "merged", kept)
     assert alice.all_knowledge()["total"] == 1
     assert alice.get(one.id) == two  # ``written`` is about the call, not stored
+
+
+@pytest.mark.parametrize(("first", "second"), DIFFERENT_FACTS[-4:])
+def test_a_batch_never_merges_a_swapped_word_either(
+        alice: UserMemory, first: str, second: str) -> None:
+    stored = alice.remember(first)
+    items = alice.remember_many([second, first.upper(), second + "."])
+    assert [i.written for i in items] == ["added", "merged", "merged"]
+    assert items[1].id == stored.id and items[2].id == items[0].id
+    assert {i.content for i in alice.all_knowledge()["items"]} == {first.upper(),
+                                                                   second + "."}
 
 
 def test_many_numbered_facts_stay_apart(alice: UserMemory) -> None:

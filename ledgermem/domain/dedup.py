@@ -2,11 +2,14 @@
 
 A write whose words overlap an active item's by more than ``DEDUP_OVERLAP``
 (Szymkiewicz–Simpson: shared words over the smaller set) refreshes that item instead
-of adding a copy — but only a true restatement. Texts that differ in what makes a fact
-a different fact are never merged, however many words they share: a negation ("Do not
-deploy on Fridays" / "Deploy on Fridays"), a number, dose, version or id ("20mg" /
+of adding a copy — but only a true restatement, one that adds words to the other or
+drops some of its words. Texts that differ in what makes a fact a different fact are
+never merged, however many words they share: a word of one swapped for another
+("allergic to shellfish" / "allergic to peanuts"; stopwords aside), a negation ("Do
+not deploy on Fridays" / "Deploy on Fridays"), a number, dose, version or id ("20mg" /
 "40mg", "prod-db-1" / "prod-db-2"), a date word ("Monday", "March") or a proper name
-("son Tom" / "son Max"). Pure functions: the caller supplies the candidates.
+("son Tom" / "son Max"). A restatement that drops words leaves the fuller text
+(``says_less``). Pure functions: the caller supplies the candidates.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from ..store.base import rare_and_common
 from ..types import Item
 
 __all__ = ["DEDUP_OVERLAP", "Said", "dedup_lookup", "dedup_terms", "dedup_triples", "markers",
-           "overlaps", "prefix_size", "rarest_marker", "restates", "said", "twin_of"]
+           "overlaps", "prefix_size", "rarest_marker", "restates", "said", "says_less", "twin_of"]
 
 DEDUP_OVERLAP = 0.8
 
@@ -96,12 +99,15 @@ stored candidate, before its markers are worth reading (``said``)."""
 
 def restates(text: str, other: str) -> bool:
     """Whether ``text`` and ``other`` say the same thing: more than ``DEDUP_OVERLAP``
-    of the smaller word set shared, and no negation, number, date or name in one that
-    the other lacks. A name is matched in any case ("Tom" in one, "tom" in the other)."""
+    of the smaller word set shared, no word of one swapped for a word of the other
+    (``swapped``), and no negation, number, date or name in one that the other lacks.
+    A name is matched in any case ("Tom" in one, "tom" in the other)."""
     mine = said(text)
     if not overlaps(mine.words, _word_set(other)):
         return False            # most candidates: their markers are never read
     theirs = said(other)
+    if swapped(mine.words, theirs.words):
+        return False
     if ("¬" in mine.markers) != ("¬" in theirs.markers):
         return False
     return mine.markers - {"¬"} <= theirs.tokens and theirs.markers - {"¬"} <= mine.tokens
@@ -113,6 +119,22 @@ def overlaps(words: AbstractSet[str], others: AbstractSet[str]) -> bool:
     if not words or not others:
         return False
     return len(words & others) / min(len(words), len(others)) > DEDUP_OVERLAP
+
+
+def swapped(words: AbstractSet[str], others: AbstractSet[str]) -> bool:
+    """Whether each of two word sets holds a word the other lacks, stopwords aside:
+    one word in place of another ("allergic to shellfish" / "allergic to peanuts",
+    "three days a week" / "four days a week") makes another fact, however much else
+    the texts share."""
+    return bool(words - others - STOPWORDS) and bool(others - words - STOPWORDS)
+
+
+def says_less(text: str, other: str) -> bool:
+    """Whether ``text`` only drops words of ``other`` (stopwords aside): merged into
+    ``other``, it leaves ``other``'s fuller text ("Allergic to peanuts" restating
+    "Allergic to peanuts since childhood")."""
+    mine, theirs = said(text).words - STOPWORDS, said(other).words - STOPWORDS
+    return mine < theirs
 
 
 @functools.lru_cache(maxsize=256)

@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import InvalidInput
 from ..types import START_CONFIDENCE, Event, Item, Scope
 from ..validation import merge_metadata
+from .dedup import says_less
 from .events import ItemAdded, ItemChanged, Kind, new_event
 
 __all__ = ["Revision", "plan_add", "plan_change", "plan_forget", "plan_invalidate",
@@ -53,11 +54,12 @@ def plan_change(scope: Scope, item: Item, changes: Mapping[str, Any], *, now: st
 def plan_merge(scope: Scope, twin: Item, *, text: str, confidence: float, sensitive: bool,
                due: str | None, metadata: Mapping[str, Any], source: str,
                reason: str | None, now: str) -> list[Event]:
-    """A restatement refreshes the item it restates: its text, the higher confidence,
-    a sensitive flag never cleared, a due date, merged metadata."""
+    """A restatement refreshes the item it restates: its text (unless it only drops
+    words of the item's: ``says_less``), the higher confidence, a sensitive flag never
+    cleared, a due date, merged metadata."""
     changes: dict[str, Any] = {"updated_at": now, "confidence": max(twin.confidence,
                                                                     confidence)}
-    if text != twin.content:
+    if text != twin.content and not says_less(text, twin.content):
         changes["content"] = text
     if sensitive and not twin.sensitive:
         changes["sensitive"] = True
