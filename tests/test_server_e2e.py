@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ledgermem.providers.embedders import default_embedder
 from ledgermem.testing import ScriptedLLMServer
 from tests.server_support import Served, free_port, serve_env, start_server
 
@@ -45,9 +46,10 @@ def test_serve_on_sqlite_prints_its_keys_serves_and_stops_on_ctrl_c(tmp_path: Pa
             assert item.status_code == 201
             client.post("/v1/maintenance/flush").raise_for_status()  # embedded now
             hits = client.post("/v1/memories/search", json={
-                "query": "what does she like to drink?"}).json()
+                "query": "which drink does she prefer?"}).json()
             assert hits[0]["item"]["id"] == item.json()["id"]
             assert "vector_rank" in hits[0]["why"]  # the default embedder is on
+            assert client.get("/v1/status").json()["embedder"] == default_embedder().model_id
             assert client.get("/", follow_redirects=True).status_code == 200
         with served.client(served.admin_key) as admin:
             assert "ledgermem_http_requests_total" in admin.get("/metrics").text

