@@ -14,6 +14,7 @@ import pytest
 from ledgermem import Memory
 from ledgermem.benchmarks.scale import Corpus
 from ledgermem.domain.dedup import dedup_lookup, dedup_terms, dedup_triples
+from ledgermem.retrieval.keyword import query_terms
 from ledgermem.store import sql
 from ledgermem.store.base import holding_two
 from ledgermem.store.postgres import PostgresStore
@@ -514,25 +515,30 @@ def test_mode_triples_finds_the_rows_holding_all_of_one_triple(mem: Memory) -> N
 
 def test_a_restatement_of_common_words_behind_many_pairs_is_merged(
         mem: Memory, monkeypatch: Any) -> None:
-    """A text whose words are all past the postings' cap gets a ranked lookup. The
-    item it restates holds its six words among many others; sixty short rows each
-    hold two of them, so BM25 ranks twelve of those above that item among the rows
-    holding two of the text's three rarest words (two-of's lookup missed it, and a
-    copy was added). None holds all of one triple of its words: the lookup of
-    triples finds only that item. PostgreSQL, which reads each posting as a row, keeps
-    two-of (``ItemWriter._lookup``)."""
+    """A text whose words are all past the postings' cap gets a ranked lookup: on
+    SQLite, of the rows holding all of one triple of its rarest words. The item it
+    restates (it drops one word) is long; its six rarest words are each in twenty short
+    rows holding two of them, its other words in more rows still, and none but the item
+    holds a triple. (When a short text could restate a long one, the lookup of two of
+    its rarest words ranked such short rows above the item and missed it.) PostgreSQL,
+    which reads each posting as a row, keeps two-of (``ItemWriter._lookup``)."""
     monkeypatch.setattr("ledgermem.store.sql.POSTINGS_CAP", 3)
     monkeypatch.setattr("ledgermem.domain.writer.POSTINGS_CAP", 3)
     words = ["glacier", "walrus", "harbour", "lantern", "orchard", "meadow"]
+    tail = ("beside the quiet fjord where the old ferry waits every summer for travellers"
+            " from distant northern islands and coastal villages far across the grey"
+            " windswept sea")
     alice = mem.for_user("alice")
-    twin = alice.remember(" ".join(words) + " beside the quiet fjord where the old ferry"
-                          " waits every summer for travellers from distant northern islands"
-                          " and coastal villages far across the grey windswept sea")
+    twin = alice.remember(" ".join(words) + " " + tail)
     pairs = [(a, b) for n, a in enumerate(words) for b in words[n + 1:]]
     alice.remember_many([f"{a} {b} {filler}" for a, b in pairs for filler in FILLERS[:4]],
                         dedup=False)
-    text = " ".join(words)
-    assert dedup_triples(text, mem.store.term_counts("alice", "knowledge", words)[1])
+    # every other word of the item in more rows than the six: they stay the rarest
+    alice.remember_many([f"{word} {filler}" for word in query_terms(tail)
+                         for filler in FILLERS[:25]], dedup=False)
+    text = " ".join(words) + " " + tail.removesuffix(" sea")
+    counts = mem.store.term_counts("alice", "knowledge", query_terms(text, max_terms=512))[1]
+    assert dedup_triples(text, counts)
     asked: list[str] = []
     search = mem.store.keyword_search_items
 
@@ -542,7 +548,7 @@ def test_a_restatement_of_common_words_behind_many_pairs_is_merged(
 
     monkeypatch.setattr(mem.store, "keyword_search_items", recorded)
     again = alice.remember(text)
-    [many] = alice.remember_many([" ".join(reversed(words))])
+    [many] = alice.remember_many([" ".join(reversed(text.split()))])
     if isinstance(mem.store, PostgresStore):
         assert asked == ["two", "two"]
         return

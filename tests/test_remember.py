@@ -165,7 +165,7 @@ def test_near_duplicate_updates_the_existing_item(alice: UserMemory, clock: Fake
     clock.advance(hours=1)
     second = alice.remember("alice prefers green tea every morning")
     assert second.id == first.id
-    assert second.content == "alice prefers green tea every morning"
+    assert second.content == "Alice prefers green tea every single morning"   # the fuller
     assert second.updated_at == clock.iso() and second.created_at == first.created_at
     assert alice.all_knowledge()["total"] == 1
 

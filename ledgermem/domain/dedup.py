@@ -3,7 +3,7 @@
 A write whose words overlap an active item's by more than ``DEDUP_OVERLAP``
 (Szymkiewicz–Simpson: shared words over the smaller set) refreshes that item instead
 of adding a copy — but only a true restatement, one that adds words to the other or
-drops some of its words. Texts that differ in what makes a fact a different fact are
+drops one or a few of them (``drops``). Texts that differ in what makes a fact a different fact are
 never merged, however many words they share: a word of one swapped for another
 ("allergic to shellfish" / "allergic to peanuts"; stopwords aside), a negation ("Do
 not deploy on Fridays" / "Deploy on Fridays"), a number, dose, version or id ("20mg" /
@@ -24,8 +24,23 @@ from ..retrieval.keyword import STOPWORDS, query_terms, word_set
 from ..store.base import rare_and_common
 from ..types import Item
 
-__all__ = ["DEDUP_OVERLAP", "Said", "dedup_lookup", "dedup_terms", "dedup_triples", "markers",
-           "overlaps", "prefix_size", "rarest_marker", "restates", "said", "says_less", "twin_of"]
+__all__ = [
+    "DEDUP_OVERLAP",
+    "Said",
+    "dedup_lookup",
+    "dedup_terms",
+    "dedup_triples",
+    "drops",
+    "markers",
+    "overlaps",
+    "prefix_size",
+    "rarest_marker",
+    "restates",
+    "said",
+    "says_less",
+    "swapped",
+    "twin_of",
+]
 
 DEDUP_OVERLAP = 0.8
 
@@ -98,15 +113,16 @@ stored candidate, before its markers are worth reading (``said``)."""
 
 
 def restates(text: str, other: str) -> bool:
-    """Whether ``text`` and ``other`` say the same thing: more than ``DEDUP_OVERLAP``
-    of the smaller word set shared, no word of one swapped for a word of the other
-    (``swapped``), and no negation, number, date or name in one that the other lacks.
-    A name is matched in any case ("Tom" in one, "tom" in the other)."""
+    """Whether ``text`` (written now) says what ``other`` (stored) says: more than
+    ``DEDUP_OVERLAP`` of the smaller word set shared, no word of one swapped for a word
+    of the other (``swapped``), no more of ``other`` left out than ``drops`` allows, and
+    no negation, number, date or name in one that the other lacks. A name is matched in
+    any case ("Tom" in one, "tom" in the other)."""
     mine = said(text)
     if not overlaps(mine.words, _word_set(other)):
         return False            # most candidates: their markers are never read
     theirs = said(other)
-    if swapped(mine.words, theirs.words):
+    if swapped(mine.words, theirs.words) or drops(mine.words, theirs.words):
         return False
     if ("¬" in mine.markers) != ("¬" in theirs.markers):
         return False
@@ -127,6 +143,17 @@ def swapped(words: AbstractSet[str], others: AbstractSet[str]) -> bool:
     "three days a week" / "four days a week") makes another fact, however much else
     the texts share."""
     return bool(words - others - STOPWORDS) and bool(others - words - STOPWORDS)
+
+
+def drops(words: AbstractSet[str], others: AbstractSet[str]) -> bool:
+    """Whether a text of ``words`` leaves out too much of a stored text of ``others`` to
+    restate it (stopwords aside): more than one of its words, and ``DEDUP_OVERLAP`` or
+    less of them held. "prefers coffee" does not restate "prefers jasmine tea over
+    coffee"; "allergic to shellfish" restates "allergic to peanuts and shellfish" (and
+    leaves it as it is: ``says_less``). Adding words drops nothing."""
+    theirs = others - STOPWORDS
+    dropped = len(theirs - words)
+    return dropped > 1 and (len(theirs) - dropped) / len(theirs) <= DEDUP_OVERLAP
 
 
 def says_less(text: str, other: str) -> bool:
