@@ -24,6 +24,7 @@ from .retrieval.rerank import rerank
 from .store.base import TurnQuery
 from .types import CATEGORIES, SOURCES, Event, Hit, Item, ItemQuery
 from .validation import (
+    check_bool,
     check_choice,
     check_confidence,
     check_days,
@@ -150,7 +151,7 @@ class UserKnowledge(UserHandle):
         if entity is not _UNSET:
             fields["entity"] = clean_entity(entity)
         if sensitive is not _UNSET:
-            fields["sensitive"] = bool(sensitive)
+            fields["sensitive"] = check_bool(sensitive, "sensitive")
         if due_at is not _UNSET:
             fields["due_at"] = self._when(due_at)
             fields["reminded_at"] = None
@@ -173,7 +174,8 @@ class UserKnowledge(UserHandle):
 
     def update_confidence(self, item_id: str, confidence: float) -> Item:
         """Set confidence, clamped to 0–1."""
-        if not isinstance(confidence, int | float) or confidence != confidence:
+        if (isinstance(confidence, bool) or not isinstance(confidence, int | float)
+                or confidence != confidence):
             raise InvalidInput("confidence must be a number")
         value = min(1.0, max(0.0, float(confidence)))
         return self._writer.change(

@@ -31,6 +31,7 @@ from .errors import InvalidInput, NotFound
 from .knowledge import UserKnowledge
 from .types import CATEGORIES, PROPOSAL_STATUSES, SOURCES, Event, Finding, Item, Proposal
 from .validation import (
+    check_bool,
     check_choice,
     check_confidence,
     check_id,
@@ -169,8 +170,7 @@ class UserReview(UserKnowledge):
             meta["why"] = why
         if fields["key"] is not None:
             meta["key"] = check_name(fields["key"], "a finding's key")
-        if not isinstance(fields["sensitive"], bool):
-            raise InvalidInput(f"sensitive must be True or False, not {fields['sensitive']!r:.60}")
+        check_bool(fields["sensitive"], "sensitive")
         context = fields["context"]
         return ProposalMade(
             content=text, category=check_choice("category", fields["category"], CATEGORIES),
@@ -404,8 +404,7 @@ class UserReview(UserKnowledge):
             return None if value in (None, "") else clean_entity(value)
         if name == "confidence":
             return check_confidence(value)
-        if not isinstance(value, bool):
-            raise InvalidInput(f"sensitive must be True or False, not {value!r:.60}")
+        check_bool(value, "sensitive")
         if proposal.sensitive and not value:
             raise InvalidInput(f"proposal {proposal.id} is sensitive and stays so; clear the "
                                "flag on the item afterwards (update) if you must")

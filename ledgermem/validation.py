@@ -21,11 +21,13 @@ from .types import MAX_CONTENT, Scope
 __all__ = [
     "MAX_DAYS",
     "MAX_JSON_CHARS",
+    "MAX_JSON_DEPTH",
     "MAX_NAME_CHARS",
     "MAX_OFFSET",
     "ROLES",
     "TRUNCATION_KEYS",
     "Limits",
+    "check_bool",
     "check_choice",
     "check_confidence",
     "check_days",
@@ -244,23 +246,28 @@ MAX_JSON_CHARS = 100_000
 """Longest JSON object (item and turn metadata, tool-call arguments), counted as its JSON
 text: the same bound as a turn (``Limits.max_turn_chars``). It is stored twice, in the
 ledger and in a view, and read back with every hit."""
+MAX_JSON_DEPTH = 64
+"""Deepest nesting of a JSON object a caller writes (item and turn metadata, tool-call
+arguments, event payloads): the object itself is level 1, each object or list inside it
+one level more. Real metadata is a few levels deep. The cap keeps every stored value
+readable: the REST server's serialiser (pydantic) stops at 255 levels, counted from the
+response around the value (a list of hits, an export), and Python's ``json`` near the
+recursion limit. A value stored deeper than either made every later read of it fail."""
 
 
 def json_object(value: Any, what: str, max_chars: int | None = MAX_JSON_CHARS
                 ) -> dict[str, Any]:
-    """A JSON object both backends store (``None`` → ``{}``): text keys, no NUL, lone
-    surrogate, NaN or infinity anywhere in it, however deeply nested, and at most
-    ``max_chars`` long as JSON (None: the caller checks the length)."""
+    """A JSON object both backends store and every read can serialise again (``None`` →
+    ``{}``): text keys, no NUL, lone surrogate, NaN or infinity anywhere in it, nested at
+    most ``MAX_JSON_DEPTH`` levels, and at most ``max_chars`` long as JSON (None: the
+    caller checks the length)."""
     if value is None:
         return {}
     if not isinstance(value, Mapping):
         raise InvalidInput(f"{what} must be a mapping (a JSON object), not "
                            f"{type(value).__name__}")
     result = dict(value)
-    try:
-        _check_json(result, what)
-    except RecursionError as exc:
-        raise InvalidInput(f"{what} is nested too deeply") from exc
+    _check_json(result, what, 1)
     try:
         size = len(json.dumps(result, allow_nan=False, ensure_ascii=False))
     except (TypeError, ValueError, RecursionError) as exc:
@@ -271,18 +278,27 @@ def json_object(value: Any, what: str, max_chars: int | None = MAX_JSON_CHARS
     return result
 
 
-def _check_json(value: Any, what: str) -> None:
+def _check_json(value: Any, what: str, depth: int) -> None:
+    """Refuse unstorable text, keys that are not text, and containers deeper than
+    ``MAX_JSON_DEPTH`` (``depth``: the level ``value`` is at). The walk stops at the cap,
+    so a value nested past the recursion limit, or one that holds itself, is refused
+    the same way."""
     if isinstance(value, str):
         check_text(value, what)
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
+        return
+    if not isinstance(value, Mapping | list | tuple):
+        return
+    if depth > MAX_JSON_DEPTH:
+        raise InvalidInput(f"{what} is nested more than {MAX_JSON_DEPTH} levels deep")
+    children: Iterable[Any] = value
+    if isinstance(value, Mapping):
+        for key in value:
             if not isinstance(key, str):
                 raise InvalidInput(f"{what} keys must be text, not {_show(key)}")
             check_text(key, f"{what} key")
-            _check_json(item, what)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            _check_json(item, what)
+        children = value.values()
+    for child in children:
+        _check_json(child, what, depth + 1)
 
 
 def merge_metadata(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
@@ -308,6 +324,14 @@ def check_number(value: Any, what: str, low: float, high: float) -> float:
         raise InvalidInput(f"{what} must be a number from {low:g} to {high:g}, "
                            f"not {_show(value)}")
     return float(value)
+
+
+def check_bool(value: Any, what: str) -> bool:
+    """A flag: True or False only (``bool("no")`` is True, so nothing else is read as
+    one)."""
+    if not isinstance(value, bool):
+        raise InvalidInput(f"{what} must be True or False, not {_show(value)}")
+    return value
 
 
 def check_confidence(value: Any) -> float:
@@ -352,8 +376,8 @@ def check_filters(*, context: Any = None, session_id: Any = None, name: Any = No
     check_optional_name(context, "context")
     check_optional_name(session_id, "session_id")
     check_optional_name(name, "name")
-    if sensitive is not None and not isinstance(sensitive, bool):
-        raise InvalidInput(f"sensitive must be True, False or None, not {_show(sensitive)}")
+    if sensitive is not None:
+        check_bool(sensitive, "sensitive")
     if sort is not _UNSET and not isinstance(sort, str):
         raise InvalidInput(f"sort must be a column name, not {_show(sort)}")
     if offset is not _UNSET:

@@ -43,6 +43,12 @@ REMEMBER: dict[str, Callable[[UserMemory], Any]] = {
     "due_at empty": lambda u: u.remember("x", due_at=""),
     "due_at overflow": lambda u: u.remember("x", due_at="99999999999999999999"),
     "blank context": lambda u: u.remember("x", context="   "),
+    "empty context": lambda u: u.remember("x", context=""),
+    "sensitive text": lambda u: u.remember("x", sensitive="no"),  # type: ignore[arg-type]
+    "sensitive number": lambda u: u.remember("x", sensitive=0),  # type: ignore[arg-type]
+    "dedup text": lambda u: u.remember("x", dedup="no"),  # type: ignore[arg-type]
+    "many dedup text": lambda u: u.remember_many(["x"], dedup="no"),  # type: ignore[arg-type]
+    "many sensitive text": lambda u: u.remember_many([{"content": "x", "sensitive": "no"}]),
 }
 
 UPDATE: dict[str, Callable[[UserMemory, str], Any]] = {
@@ -54,6 +60,9 @@ UPDATE: dict[str, Callable[[UserMemory, str], Any]] = {
     "blank context": lambda u, i: u.update(i, context=""),
     "bad content with good fields": lambda u, i: u.update(i, confidence=0.1, content=""),
     "confidence text": lambda u, i: u.update_confidence(i, "high"),  # type: ignore[arg-type]
+    "confidence bool": lambda u, i: u.update_confidence(i, True),
+    "sensitive text": lambda u, i: u.update(i, sensitive="no"),  # type: ignore[arg-type]
+    "revise sensitive text": lambda u, i: u.revise(i, "Kites", sensitive="no"),  # type: ignore[arg-type]
 }
 
 OTHER: dict[str, Callable[[UserMemory], Any]] = {
@@ -110,6 +119,24 @@ def test_other_bad_input_raises_and_changes_nothing(mem: Memory, alice: UserMemo
         call(alice)
     assert event_count(mem) == events
     assert snapshot(mem) == before
+
+
+@pytest.mark.parametrize("change", [
+    lambda u, i: u.update(i, content="Lives in Braga"),
+    lambda u, i: u.update(i, confidence=0.1),
+    lambda u, i: u.update_confidence(i, 0.1),
+    lambda u, i: u.mark_reminded(i),
+], ids=["update", "update confidence", "update_confidence", "mark_reminded"])
+def test_an_old_version_is_not_changed_in_place(
+        mem: Memory, alice: UserMemory, change: Callable[[UserMemory, str], Any]) -> None:
+    """A superseded version stays what it was: only ``restore`` brings it back."""
+    old = alice.remember("Lives in Lisbon")
+    alice.revise(old.id, "Lives in Porto")
+    before, events = snapshot(mem), event_count(mem)
+    with pytest.raises(InvalidInput, match="is not active; restore it first"):
+        change(alice, old.id)
+    assert (event_count(mem), snapshot(mem)) == (events, before)
+    assert alice.restore(old.id).content == "Lives in Lisbon"
 
 
 @pytest.mark.parametrize("user_id", ["", "   ", None, 5])

@@ -26,6 +26,7 @@ from ..retrieval.keyword import query_terms
 from ..store.base import POSTINGS_CAP, MatchMode, Store, iter_chunks, rare_and_common
 from ..types import CATEGORIES, SOURCES, START_CONFIDENCE, Event, Item, ItemQuery, Scope
 from ..validation import (
+    check_bool,
     check_choice,
     check_confidence,
     check_id,
@@ -233,7 +234,7 @@ class ItemWriter:
             scope, content, category, domain=domain, source=source, confidence=confidence,
             context=context, entity=entity, sensitive=sensitive, due_at=due_at,
             metadata=metadata, valid_from=valid_from, reason=reason)
-        merge = self.dedup if dedup is None else bool(dedup)
+        merge = self.dedup if dedup is None else check_bool(dedup, "dedup")
         with self.store.writing_for(scope.user_id):
             now = self.now()
             twin = self.twin(scope.user_id, draft.text, draft.category, draft.context,
@@ -257,7 +258,7 @@ class ItemWriter:
         """
         drafts = [self._entry(scope, index, entry)
                   for index, entry in enumerate(_check_entries(entries))]
-        merge = self.dedup if dedup is None else bool(dedup)
+        merge = self.dedup if dedup is None else check_bool(dedup, "dedup")
         if not drafts:
             return []
         with self.store.writing_for(scope.user_id):
@@ -310,8 +311,9 @@ class ItemWriter:
         check_choice("source", source, SOURCES)
         conf = START_CONFIDENCE[source] if confidence is None else check_confidence(confidence)
         return Draft(text=text, metadata=meta, category=category, domain=domain, source=source,
-                     confidence=conf, context=clean_context(context or scope.context),
-                     entity=clean_entity(entity), sensitive=bool(sensitive),
+                     confidence=conf,
+                     context=clean_context(scope.context if context is None else context),
+                     entity=clean_entity(entity), sensitive=check_bool(sensitive, "sensitive"),
                      due=self.when(due_at), began=self.when(valid_from), reason=reason)
 
     def change(self, scope: Scope, item_id: str, build: Callable[[Item], dict[str, Any]], *,
@@ -319,6 +321,8 @@ class ItemWriter:
         """Set the fields ``build(current item)`` returns (nothing to set: unchanged)."""
         with self.store.writing_for(scope.user_id):
             item = self.require(scope.user_id, item_id)
+            if not item.active:   # an old version stays as it was; ``restore`` brings it back
+                raise InvalidInput(f"memory {item.id!r} is not active; restore it first")
             changes = build(item)
             if not changes:
                 return item
@@ -352,7 +356,7 @@ class ItemWriter:
                                                                 CATEGORIES),
             context=None if context is None else clean_context(context),
             entity=None if entity is None else clean_entity(entity),
-            sensitive=None if sensitive is None else bool(sensitive),
+            sensitive=None if sensitive is None else check_bool(sensitive, "sensitive"),
             due=self.when(due_at), at=self.when(at), turn_ids=turn_ids)
         with self.store.writing_for(scope.user_id):
             old = self.require(scope.user_id, item_id)
