@@ -387,6 +387,24 @@ def test_admin_users_and_keys(api: Api, mem: Memory) -> None:
     assert mem.store.user_ids() == ["alice"]
 
 
+def test_an_erased_user_is_gone_and_can_be_created_again(api: Api) -> None:
+    first = api.ok("POST", "/v1/admin/users", api.admin, 201, json={"user": "carol"})
+    remember(api, first["key"], "Carol's fact")
+    api.ok("DELETE", "/v1/admin/users/carol", api.admin)
+    users = {u["user"] for u in api.ok("GET", "/v1/admin/users", api.admin)}
+    assert users == {"alice", "bob"}  # carol's revoked key makes no user
+    again = api.ok("POST", "/v1/admin/users", api.admin, 201, json={"user": "carol"})
+    assert api.ok("GET", "/v1/me", again["key"])["user"] == "carol"
+    assert api.call("GET", "/v1/me", first["key"]).status_code == 401  # still revoked
+    listed = {u["user"]: u for u in api.ok("GET", "/v1/admin/users", api.admin)}
+    assert (listed["carol"]["live_keys"], listed["carol"]["items"]) == (1, 0)
+    kept = api.ok("GET", "/v1/admin/keys", api.admin, params={"user": "carol"})
+    assert [k["revoked_at"] is None for k in kept] == [False, True]  # the record stays
+    api.ok("DELETE", f"/v1/admin/keys/{again['info']['key_id']}", api.admin, 204)
+    assert "carol" not in {u["user"] for u in api.ok("GET", "/v1/admin/users", api.admin)}
+    api.ok("POST", "/v1/admin/users", api.admin, 201, json={"user": "carol"})
+
+
 def test_admin_acts_for_a_named_user(api: Api) -> None:
     item = api.ok("POST", "/v1/memories", api.admin, 201, user="alice",
                   json={"content": "Written by the admin for alice"})

@@ -137,6 +137,44 @@ def test_unknown_routes_and_methods_answer_in_the_same_shape(api: Api) -> None:
                     404)["code"] == "not_found"
 
 
+@pytest.mark.parametrize(("method", "path", "takes"), [
+    ("GET", "/v1/turns/search", {"POST"}),
+    ("GET", "/v1/maintenance/run", {"POST"}),
+    ("GET", "/v1/admin/maintenance", {"POST"}),
+    ("HEAD", "/v1/me", {"GET"}),
+    ("HEAD", "/v1/memories", {"GET", "POST", "DELETE"}),
+    ("POST", "/healthz", {"GET"}),
+    ("HEAD", "/healthz", {"GET"}),
+])
+def test_a_route_without_the_method_answers_405_beside_the_dashboard(
+        api: Api, method: str, path: str, takes: set[str]) -> None:
+    """The dashboard is served at ``/`` (``app_over`` keeps the installed one), yet it
+    never takes a request a route's path names: GET and HEAD included, the router
+    answers 405 with ``Allow``."""
+    response = api.call(method, path, api.alice)
+    assert response.status_code == 405, response.text
+    assert response.headers["content-type"] == "application/json"
+    allowed = set(response.headers["allow"].split(", "))
+    assert allowed and allowed <= takes  # of several routes, Starlette names the first's
+    if method != "HEAD":  # a HEAD answer has no body
+        assert error_of(response, 405)["code"] == "method_not_allowed"
+
+
+def test_the_dashboard_keeps_its_files_and_the_api_its_404s(api: Api) -> None:
+    for path in ("/", "/index.html", "/app.js", "/style.css"):
+        assert api.call("GET", path, None).status_code == 200, path
+    assert "text/html" in api.call("GET", "/", None).headers["content-type"]
+    assert api.call("HEAD", "/", None).status_code == 200
+    for method, path in (("GET", "/v1/nothing-here"), ("HEAD", "/v1/nothing-here"),
+                         ("POST", "/v1/nothing-here"), ("GET", "/v1"),
+                         ("GET", "/no-such-file.js")):
+        response = api.call(method, path, api.alice)
+        assert response.status_code == 404, (method, path)
+        assert response.headers["content-type"] == "application/json"
+        if method != "HEAD":
+            assert error_of(response, 404)["code"] == "not_found"
+
+
 # rate limits --------------------------------------------------------------------------
 def test_a_key_over_its_rate_gets_429_with_retry_after(mem: Memory) -> None:
     settings = ServerSettings(rate_limit=RateLimit(rate=0.01, burst=3))

@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -27,6 +28,8 @@ import anyio.to_thread
 from fastapi import Depends, FastAPI
 from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.routing import BaseRoute, Match, Mount
+from starlette.types import Scope as StarletteScope
 
 from ..aio import AsyncMemory
 from .deps import ServerState, Shared, admin
@@ -49,10 +52,13 @@ from .routes import (
 )
 from .routes import keys as key_routes
 
-__all__ = ["DASHBOARD_DIR", "ServerSettings", "create_app"]
+__all__ = ["API_PREFIX", "DASHBOARD_DIR", "ServerSettings", "create_app"]
 
 DASHBOARD_DIR = Path(__file__).parent / "dashboard"
 """Where the dashboard's static files live (served at ``/`` when present)."""
+API_PREFIX = "/v1"
+"""Where the API's routes live: the dashboard never answers a path under it, so an
+unknown one is a JSON 404 and a known one with another method a 405."""
 
 
 @dataclass(frozen=True)
@@ -141,9 +147,43 @@ def _add_health_and_metrics(app: FastAPI, settings: ServerSettings) -> None:
         return Response(body, media_type=CONTENT_TYPE)
 
 
+class _DashboardMount(Mount):
+    """The dashboard's files at ``/``, on every path the API leaves alone.
+
+    A plain mount at ``/`` matches every path, so it took the requests the router
+    should answer itself: a route's path with a method the route lacks (``GET
+    /v1/turns/search``, ``HEAD /v1/me``) looked for a file and answered 404, where the
+    router answers 405 with ``Allow``. This mount declines every path under
+    ``API_PREFIX`` and every path another route of the app matches with any method.
+
+    Args:
+        folder: the dashboard's files (an ``index.html`` among them).
+        routes: the app's routes, read at each request (so routes added later count).
+    """
+
+    def __init__(self, folder: Path, routes: Sequence[BaseRoute]) -> None:
+        super().__init__("/", app=StaticFiles(directory=folder, html=True),
+                         name="dashboard")
+        self._routes = routes
+
+    def matches(self, scope: StarletteScope) -> tuple[Match, StarletteScope]:
+        if scope["type"] == "http" and self._api_owns(scope):
+            return Match.NONE, {}
+        return super().matches(scope)
+
+    def _api_owns(self, scope: StarletteScope) -> bool:
+        path, root = scope["path"], scope.get("root_path", "")
+        if root and path.startswith(root):   # served under a prefix (a proxy's)
+            path = path[len(root):]
+        if path == API_PREFIX or path.startswith(f"{API_PREFIX}/"):
+            return True
+        return any(route.matches(scope)[0] is not Match.NONE
+                   for route in self._routes if route is not self)
+
+
 def _add_dashboard(app: FastAPI, folder: Path) -> None:
     if (folder / "index.html").is_file():
-        app.mount("/", StaticFiles(directory=folder, html=True), name="dashboard")
+        app.router.routes.append(_DashboardMount(folder, app.router.routes))
         return
 
     @app.get("/", include_in_schema=False)

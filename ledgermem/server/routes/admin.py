@@ -34,12 +34,19 @@ def key_out(info: KeyInfo) -> KeyInfoOut:
     return KeyInfoOut.model_validate(info)
 
 
-def _users(shared: ServerState) -> list[UserOut]:
-    counts = shared.memory.store.user_counts()
+def _live_keys(shared: ServerState) -> dict[str, int]:
+    """Each user's live keys. Revoked keys are kept for the record, but they make no
+    user: an erased user (memory gone, keys revoked) is no longer one."""
     live: dict[str, int] = {}
     for info in shared.keys.list():
-        if info.user is not None:
-            live[info.user] = live.get(info.user, 0) + int(info.active)
+        if info.user is not None and info.active:
+            live[info.user] = live.get(info.user, 0) + 1
+    return live
+
+
+def _users(shared: ServerState) -> list[UserOut]:
+    counts = shared.memory.store.user_counts()
+    live = _live_keys(shared)
     return [UserOut(user=user, live_keys=live.get(user, 0),
                     **{k: counts.get(user, {}).get(k, 0)
                        for k in ("events", "items", "turns", "tool_calls")})
@@ -48,18 +55,20 @@ def _users(shared: ServerState) -> list[UserOut]:
 
 @router.get("/users", summary="Users")
 async def users(shared: Shared, key: AdminKey) -> list[UserOut]:
-    """Every user with memory or a key, with row counts and live keys."""
+    """Every user with memory or a live key, with row counts and live keys."""
     return await anyio.to_thread.run_sync(_users, shared)
 
 
 @router.post("/users", status_code=201, summary="Create a user")
 async def create_user(body: CreateUserRequest, shared: Shared, key: AdminKey) -> CreatedKeyOut:
     """A new user and its first key (shown once). 409 when the user already has memory
-    or a key: give it another key with ``POST /v1/admin/keys``."""
+    or a live key: give it another key with ``POST /v1/admin/keys``. An erased user may
+    be created again (its revoked keys stay revoked)."""
 
     def create() -> tuple[str, KeyInfo]:
         store = shared.memory.store
-        if shared.keys.list(body.user) or body.user in store.user_ids():
+        live = any(info.active for info in shared.keys.list(body.user))
+        if live or body.user in store.user_ids():
             raise ApiError(409, "conflict", f"user {body.user!r} already exists")
         return shared.keys.create(body.user, label=body.label)
 
