@@ -7,7 +7,9 @@ pointed at any OpenAI-compatible server (Ollama, vLLM, llama.cpp, OpenAI…).
 
 Each line you type is one turn: slash commands (/remember, /memory, /forget, /reset)
 are answered by memory and never reach the model; anything else goes to the model
-with the memory prompt and the five memory tools, and both turns are stored.
+with the memory prompt and the five memory tools, and both turns are stored. When the
+model cannot answer (the server is down, say), that is one line on stderr, the line is
+not stored (``finish`` records a question with its answer), and the loop goes on.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from openai import OpenAI
+from openai import OpenAI, OpenAIError
 
-from ledgermem import Memory
+from ledgermem import LedgermemError, Memory
 from ledgermem.agent import MemoryAgent
 
 
@@ -59,8 +61,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             MemoryAgent(memory, user=args.user, channel=args.channel) as agent:
         for line in sys.stdin:
             if line.strip():
-                print(answer(client, agent, line.strip(), args.model), flush=True)
+                try:
+                    print(answer(client, agent, line.strip(), args.model), flush=True)
+                except OpenAIError as exc:  # nothing was stored: the line can be sent again
+                    fail(f"no answer from the model at {client.base_url} ({exc}); "
+                         "the line was not stored")
+                except LedgermemError as exc:  # text memory refuses (a NUL, say)
+                    fail(str(exc))
     return 0
+
+
+def fail(message: str) -> None:
+    """One line on stderr (the SDK's messages can span several)."""
+    print("error: " + " ".join(message.split()), file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ ROLES = ("user", "assistant", "system", "tool")
 MAX_DAYS = 100_000
 MAX_INT = 2**63 - 1
 DEBUG_ENV = "LEDGERMEM_DEBUG"
+USER_ENV = "LEDGERMEM_USER"
 
 
 # errors: the one place they become what a user sees ----------------------------------
@@ -300,7 +301,7 @@ def command(group: click.Group, name: str | None = None) -> Callable[[F], F]:
 @click.option("--db", envvar="LEDGERMEM_DB", default=None,
               help="Database path or URL (sqlite:///…, postgresql://…). "
                    "Default: the user data dir. Env: LEDGERMEM_DB.")
-@click.option("--user", "-u", envvar="LEDGERMEM_USER", default="local", show_default=True,
+@click.option("--user", "-u", envvar=USER_ENV, default="local", show_default=True,
               help="Whose memory to use. Env: LEDGERMEM_USER.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @click.option("--embedder", envvar="LEDGERMEM_EMBEDDER", default=None,
@@ -320,6 +321,7 @@ def main(ctx: click.Context, db: str | None, user: str, as_json: bool,
     for what, value in (("--db", db), ("--user", user), ("--embedder", embedder),
                         ("--config", config)):
         _utf8(value, what)
+    _refuse_empty_user_variable(ctx)
     config_path, problem = None, None
     try:
         config_path = find_config_path(config, os.environ)
@@ -333,6 +335,15 @@ def main(ctx: click.Context, db: str | None, user: str, as_json: bool,
     ctx.obj.config_path, ctx.obj.config_error = config_path, problem
     ctx.with_resource(_logging_to_stderr())
     ctx.call_on_close(ctx.obj.close)
+
+
+def _refuse_empty_user_variable(ctx: click.Context) -> None:
+    """Refuse ``LEDGERMEM_USER=""``: click takes an empty variable for an unset one,
+    so it would silently serve the default user 'local', as ``--user ""`` must not."""
+    if ctx.get_parameter_source("user") is click.core.ParameterSource.DEFAULT \
+            and os.environ.get(USER_ENV) == "":
+        raise InvalidInput(f"{USER_ENV} is set but empty: name a user, or unset it to use "
+                           "'local'")
 
 
 # tables ---------------------------------------------------------------------------

@@ -92,12 +92,42 @@ def parse_when(value: str | datetime | date, *, now: datetime | None = None,
             datetime. Defaults to the system clock.
         date_order: how numeric dates are read (``DateOrder``); None refuses ambiguous ones.
 
+    Nothing is guessed: an ISO 8601 form that is no real date (``2026-13-01T00:00``) and
+    a time of day that is none or cannot be read (``tomorrow at 13pm``, ``25:00``) are
+    refused, not read as another date or as midnight. So is a moment within a day of
+    year 1 or 9999 (``EARLIEST``, ``LATEST``), which some time zones cannot show.
+
     Raises:
         InvalidInput: the value cannot be understood as a point in time, or it is a
-            numeric date that reads two ways and ``date_order`` does not say which.
+            numeric date that reads two ways and ``date_order`` does not say which,
+            or it lies outside ``EARLIEST`` … ``LATEST``.
         ConfigError: ``date_order`` is not one of ``DATE_ORDERS`` or None.
     """
     order = check_date_order(date_order)
+    return _shown_everywhere(_parse(value, now, order), value)
+
+
+EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
+"""The first moment ``parse_when`` gives: every UTC offset (under a day) can show it."""
+LATEST = datetime(9999, 12, 30, 23, 59, 59, 999999, tzinfo=UTC)
+"""The last moment ``parse_when`` gives: every UTC offset (under a day) can show it."""
+
+
+def _shown_everywhere(moment: datetime, value: str | datetime | date) -> datetime:
+    """``moment``, refused when a time zone could not show it: within a day of year 1
+    or 9999 an offset moves it off the calendar, and showing it (a reminder in the
+    user's zone) would raise OverflowError on every turn."""
+    if EARLIEST <= moment <= LATEST:
+        return moment
+    where = f"cannot read a date from {value!r}" if isinstance(value, str) \
+        else value.isoformat()
+    raise InvalidInput(f"{where}: within a day of the calendar's ends (years 1 and 9999) "
+                       "some time zones cannot show it; give a date from "
+                       f"{EARLIEST.date().isoformat()} to {LATEST.date().isoformat()} (UTC)")
+
+
+def _parse(value: str | datetime | date, now: datetime | None,
+           order: DateOrder | None) -> datetime:
     if isinstance(value, datetime):
         try:
             return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
@@ -120,14 +150,19 @@ def parse_when(value: str | datetime | date, *, now: datetime | None = None,
 
 
 _ISO = re.compile(r"\d{4}-\d\d-\d\d")
+_ISO_FORM = re.compile(r"\d{4}-\d\d-\d\d(?:[Tt ]\d\d[\d:.,]*(?:[Zz]|[+-]\d\d[\d:.,]*)?)?")
+"""A date, time and offset written the ISO 8601 way: only ``fromisoformat`` reads it.
+The natural-language parser would swap a month past 12 with the day."""
 
 
 def _read(text: str, now: datetime, order: DateOrder | None) -> datetime:
     if _ISO.match(text):
         try:
             return _in_zone(datetime.fromisoformat(text), now)
-        except ValueError:
-            pass  # "2026-12-01 5pm": read below
+        except ValueError as exc:
+            if _ISO_FORM.fullmatch(text):  # "2026-13-01T00:00", not "2026-12-01 5pm"
+                why = str(exc) if "isoformat" not in str(exc) else "not ISO 8601"
+                raise InvalidInput(f"cannot read a date from {text!r}: {why}") from exc
     if text.isdigit():
         raise InvalidInput(f"cannot read a date from {text!r}: a bare number is not a date")
     phrase = _phrase(text.lower(), now)
@@ -318,10 +353,45 @@ def _natural(text: str, original: str, now: datetime, order: DateOrder | None) -
         hint = ("; for a time zone give an offset such as -08:00 or +01:00"
                 if _ZONE_NAME.search(original) else "")
         raise InvalidInput(f"cannot read a date from {original!r}{hint}")
+    _check_times_of_day(text, original, data.period)
     moment = data.date_obj
     if data.period in ("day", "week", "month", "year") and not _COUNTED.search(text.lower()):
         moment = moment.replace(hour=0, minute=0, second=0, microsecond=0)  # a day: midnight
     return _in_zone(moment, now)
+
+
+def _check_times_of_day(text: str, original: str, period: str | None) -> None:
+    """Refuse a time of day that is no time (``13pm``, ``25:00``) or that the parser
+    left out: it skips words it cannot read, so ``tomorrow at 13pm`` would silently be
+    tomorrow at midnight.
+
+    Raises:
+        InvalidInput: such a time, in the message's usual words.
+    """
+    for match in _TIME_OF_DAY.finditer(text):
+        if period != "time" or not _is_time_of_day(match):
+            raise InvalidInput(f"cannot read a date from {original!r}: "
+                               f"{match.group(0).strip()!r} is no time of day it can read "
+                               "(write 5pm, 17:00 or 17:30)")
+
+
+_TIME_OF_DAY = re.compile(
+    r"(?<![\w:.+-])(?:(?P<h>\d{1,3}):(?P<m>\d{1,3})(?::(?P<s>\d{1,3}))?(?:[.,]\d+)?"
+    r"|(?P<dot_h>\d{1,3})\.(?P<dot_m>\d\d)(?=\s*[ap]\.?m\b)"
+    r"|(?P<half_h>\d{1,3})(?=\s*[ap]\.?m\b)|\bat (?P<at_h>\d{1,3})\b(?![:.]\d)"
+    r"(?!(?:st|nd|rd|th)\b|\s+(?:of\s+)?(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov"
+    r"|dec)))(?:\s*(?P<half>[ap])\.?m\b\.?)?", re.IGNORECASE)
+"""A time of day as people write it: ``17:30``, ``5pm``, ``9.30am``, ``at 5`` (not the
+day in ``at 3 May``)."""
+
+
+def _is_time_of_day(match: re.Match[str]) -> bool:
+    hour = int(match.group("h") or match.group("dot_h") or match.group("half_h")
+               or match.group("at_h"))
+    minute = int(match.group("m") or match.group("dot_m") or 0)
+    second = int(match.group("s") or 0)
+    hours = range(1, 13) if match.group("half") else range(24)
+    return hour in hours and minute < 60 and second < 60
 
 
 _id_lock = threading.Lock()

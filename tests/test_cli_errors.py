@@ -80,6 +80,29 @@ def test_bad_input_exits_2_with_one_line(db: str, args: list[str]) -> None:
     assert_one_line(cli("--db", db, *args, code=2))
 
 
+@pytest.mark.parametrize(("args", "env", "says"), [
+    (["--user", "", "stats"], {}, "user_id must be a non-empty string"),
+    (["stats"], {"LEDGERMEM_USER": ""}, "LEDGERMEM_USER is set but empty"),
+    (["mcp", "--user", ""], {}, "--user must be non-empty text, not ''"),
+    (["mcp"], {"LEDGERMEM_USER": ""}, "LEDGERMEM_USER is set but empty"),
+    (["--user", "", "mcp"], {}, "--user must be non-empty text, not ''"),
+])
+def test_an_empty_user_exits_2_and_never_serves_local(db: str, args: list[str],
+                                                      env: dict[str, str], says: str) -> None:
+    # Regression: `mcp --user ""` and LEDGERMEM_USER="" (click takes an empty variable
+    # for an unset one) served the default user 'local'.
+    result = CliRunner().invoke(main, ["--db", db, *args], env=env)
+    assert result.exit_code == 2, result.output
+    assert says in assert_one_line(result)
+
+
+def test_the_user_option_wins_over_an_empty_variable(db: str) -> None:
+    result = CliRunner().invoke(main, ["--db", db, "--user", "local", "--json", "stats"],
+                                env={"LEDGERMEM_USER": ""})
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["items"] == 1
+
+
 @pytest.mark.parametrize(("content", "says"), [
     (None, "does not exist"),
     ("{not json", "is not JSON"),

@@ -224,14 +224,20 @@ async def test_stdio_reads_the_configuration_file_given_to_the_command(tmp_path:
         assert contents(memory, "alice") == []               # database.url, relative
 
 
-def test_stdio_refuses_a_bad_user_before_serving(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("args", "env", "says"), [
+    (["--user", " "], {}, "error: --user must be non-empty text"),
+    (["--user", ""], {}, "error: --user must be non-empty text"),  # once served 'local'
+    ([], {"LEDGERMEM_USER": ""}, "error: LEDGERMEM_USER is set but empty"),  # so did this
+])
+def test_stdio_refuses_a_bad_user_before_serving(tmp_path: Path, args: list[str],
+                                                 env: dict[str, str], says: str) -> None:
     db = tmp_path / "m.db"
     done = subprocess.run(
-        [sys.executable, "-m", "ledgermem", "mcp", "--db", str(db), "--user", " "],
+        [sys.executable, "-m", "ledgermem", "mcp", "--db", str(db), *args],
         capture_output=True, text=True, cwd=ROOT, timeout=120, stdin=subprocess.DEVNULL,
-        env=child_env(tmp_path))
+        env=child_env(tmp_path) | env)
     assert done.returncode == 2
-    assert done.stderr.startswith("error: --user must be non-empty text")
+    assert done.stderr.startswith(says)
     assert "Traceback" not in done.stderr
     assert done.stdout == ""
     assert not db.exists()

@@ -400,6 +400,20 @@ def _when(moment: datetime) -> str:
             f"{moment.year} {moment:%H:%M}")
 
 
+def _due_when(due_at: str, moment: datetime) -> str:
+    """A stored due date in ``moment``'s zone; in UTC, marked so, when that zone cannot
+    show it (a date within a day of year 1 or 9999, stored before ``parse_when``
+    refused those): one odd date must not fail every turn's block."""
+    try:
+        due = datetime.fromisoformat(due_at)
+    except ValueError:  # no date at all: shown as stored
+        return as_data(due_at)
+    try:
+        return _when(due.astimezone(moment.tzinfo))
+    except OverflowError:
+        return f"{_when(due)} UTC"
+
+
 def session_only_prefix(options: PromptOptions = DEFAULTS) -> str:
     """The frozen prefix with long-term memory off (``memory.enabled: false``): the
     custom instructions when given (the default ones are about memory tools the model
@@ -451,7 +465,7 @@ def turn_block(handle: UserMemory, *, now: datetime | None = None, horizon_days:
         now_text = iso(moment)
         for item in due:
             assert item.due_at is not None
-            at = _when(datetime.fromisoformat(item.due_at).astimezone(moment.tzinfo))
+            at = _due_when(item.due_at, moment)
             label = f"OVERDUE since {at}" if item.due_at <= now_text else f"due {at}"
             lines.append(f"- [{label}] {as_data(item.content)}")
     lines.append(NOW_CLOSE)

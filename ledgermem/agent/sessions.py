@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -211,17 +211,30 @@ class Sessions:
             InvalidInput: a bad user, channel, role, content or metadata; nothing is
                 stored then.
         """
+        return self.record_turns(user, channel, [(role, content)], metadata=metadata)[0]
+
+    def record_turns(self, user: str, channel: str, turns: Sequence[tuple[str, str]], *,
+                     metadata: Mapping[str, Any] | None = None) -> list[Turn]:
+        """Store several turns of the session, ``(role, content)`` in order, in one
+        transaction, and re-arm its idle timer once. An exchange recorded this way
+        lands whole or not at all: a refused reply never leaves its question alone in
+        the window. ``metadata`` is kept with each turn.
+
+        Raises:
+            InvalidInput: a bad user, channel, role, content or metadata in any turn;
+                nothing is stored then.
+        """
         key = session_key(user, channel)
         if metadata is not None and not isinstance(metadata, Mapping):
             raise InvalidInput(f"metadata must be a JSON object, not "
                                f"{type(metadata).__name__}")
-        turn = self.memory.for_user(user).add_turns(
-            [{"role": role, "content": content,
-              "metadata": {**(metadata or {}), CHANNEL_KEY: channel}}],
-            session_id=key)[0]
-        if self.options.consolidates_when_idle:
-            self._arm(user, channel, turn.id, self._idle_seconds)
-        return turn
+        kept = {**(metadata or {}), CHANNEL_KEY: channel}
+        stored = self.memory.for_user(user).add_turns(
+            [{"role": role, "content": content, "metadata": kept} for role, content in turns],
+            session_id=key)
+        if stored and self.options.consolidates_when_idle:
+            self._arm(user, channel, stored[-1].id, self._idle_seconds)
+        return stored
 
     def window(self, user: str, channel: str) -> list[Turn]:
         """What the model is given, oldest first: the last ``window_turns`` user turns

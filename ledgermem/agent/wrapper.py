@@ -16,8 +16,9 @@ three points of an agent loop:
    the host's own tools, logs it to tool history with its duration, and on failure
    re-raises after logging (the failure also becomes an ``error`` item, which later
    prefixes list under "Known errors", so the model avoids repeating it).
-3. After the reply, ``finish(user_text, reply)``: both turns are recorded through
-   ``Sessions.record`` (the user's clean text, never the message with the block).
+3. After the reply, ``finish(user_text, reply)``: both turns are recorded together
+   through ``Sessions.record_turns`` (the user's clean text, never the message with
+   the block), or neither when one is refused.
 
 The prefix is frozen per session: it is built, with the session-start profile, at the
 first ``prepare`` of a session and reused byte for byte until the session ends, so an
@@ -350,15 +351,17 @@ class MemoryAgent:
     # 3. after the reply -----------------------------------------------------------
     def finish(self, user_text: str, reply: str) -> tuple[Turn, Turn]:
         """Record the user's clean text (never the message with the turn block) and the
-        reply as the session's next two turns, re-arming its idle timer. Learning is
-        left to idle consolidation (see the module's doc): nothing is queued here.
+        reply as the session's next two turns, in one transaction, re-arming its idle
+        timer. Learning is left to idle consolidation (see the module's doc): nothing
+        is queued here.
 
         Raises:
-            InvalidInput: empty or overlong text; nothing is stored then.
+            InvalidInput: either text is empty, overlong or holds what no store keeps
+                (NUL); nothing is stored then, so a retry does not repeat the question.
         """
         with self._lock:
-            said = self.sessions.record(self.user, self.channel, "user", user_text)
-            answered = self.sessions.record(self.user, self.channel, "assistant", reply)
+            said, answered = self.sessions.record_turns(
+                self.user, self.channel, [("user", user_text), ("assistant", reply)])
             if self._prefix is not None and self._anchor is None:
                 self._anchor = said.id
             return said, answered

@@ -68,14 +68,15 @@ def mcp_command(obj: _CommandContext, transport: str, user: str | None, agent: s
     from ..config import memory_options
     from ..validation import check_name, check_optional_name
 
+    served = obj.user if user is None else user  # an empty --user is refused, not "local"
     if transport == "stdio":  # refused before a database is created or a client waits
-        check_name(user or obj.user, "--user")
+        check_name(served, "--user")
         check_optional_name(agent, "--agent")
     memory = obj.open(create=True, **memory_options(obj.settings))
     long_term = obj.settings.memory.enabled
     try:
         if transport == "stdio":
-            _serve_stdio(memory, user or obj.user, agent, long_term)
+            _serve_stdio(memory, served, agent, long_term)
         else:
             _serve_http(memory, host, port, long_term)
     except KeyboardInterrupt:  # Ctrl-C is how a server is stopped by hand

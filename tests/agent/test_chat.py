@@ -1,12 +1,16 @@
 """``ledgermem chat`` end to end through click's runner, against the scripted server: a
 conversation with memory tool calls, slash commands that never reach the model, no
 endpoint (the hint, slash commands still run), and a server that cannot be reached
-(one line, no traceback); and ``chat_turn``'s bound on tool rounds."""
+(one line, no traceback); ``chat_turn``'s bound on tool rounds; and the OpenAI SDK
+example (``examples/agent.py``) against the scripted server and an unreachable one."""
 
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -19,6 +23,8 @@ from ledgermem.agent.sessions import Sessions
 from ledgermem.agent.wrapper import MemoryAgent
 from ledgermem.cli import main
 from ledgermem.testing import Reply, ScriptedLLMServer
+
+ROOT = Path(__file__).parent.parent.parent
 
 
 @pytest.fixture(autouse=True)
@@ -183,3 +189,28 @@ def test_the_openai_sdk_example_runs_against_the_scripted_server(
     with Memory.open(tmp_path / "ex.db", embedder=None) as memory, Sessions(memory) as s:
         assert [t.content for t in s.history("ann", "term")] == [
             "I fly to Lisbon on Friday", "Have a good flight!"]
+
+
+def test_the_openai_sdk_example_reports_an_unreachable_server_and_goes_on(
+        tmp_path: Path) -> None:
+    # Regression: openai.APIConnectionError ended the process with a traceback.
+    pytest.importorskip("openai")
+    db = tmp_path / "ex.db"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LEDGERMEM_", "OPENAI_"))}
+    env |= {"OPENAI_BASE_URL": f"http://127.0.0.1:{_closed_port()}/v1",
+            "OPENAI_API_KEY": "sk-test", "XDG_CONFIG_HOME": str(tmp_path / "config"),
+            "XDG_DATA_HOME": str(tmp_path / "data")}
+    done = subprocess.run(
+        [sys.executable, "examples/agent.py", "--model", "m", "--db", str(db), "--user",
+         "ann", "--channel", "term", "--keyword-only"],
+        input="/remember I like tea\nhello\n/memory\n", capture_output=True, text=True,
+        cwd=ROOT, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    errors = done.stderr.strip().splitlines()
+    assert len(errors) == 1 and errors[0].startswith("error: no answer from the model at "
+                                                     "http://127.0.0.1:"), done.stderr
+    assert errors[0].endswith("the line was not stored")
+    out = flat(done.stdout)
+    assert 'Remembered: "I like tea"' in out and "- I like tea" in out  # it went on
+    assert stored(str(db)) == ([], ["I like tea"])

@@ -418,3 +418,19 @@ def test_bad_turns_store_nothing(mem: Memory, timers: FakeTimers) -> None:
     with pytest.raises(InvalidInput):
         sessions.record("alice", "web", "user", "")
     assert sessions.history("alice", "web") == [] and timers.made == []
+
+
+def test_turns_recorded_together_land_whole_or_not_at_all(mem: Memory,
+                                                          timers: FakeTimers) -> None:
+    sessions = Sessions(mem, timer_factory=timers)
+    for reply in ("bad\x00reply", "", "x" * 100_001):
+        with pytest.raises(InvalidInput):
+            sessions.record_turns("alice", "web", [("user", "Hi"), ("assistant", reply)])
+    assert sessions.history("alice", "web") == [] and timers.made == []
+    said, answered = sessions.record_turns("alice", "web", [("user", "Hi"),
+                                                            ("assistant", "Hello!")],
+                                           metadata={"lang": "en"})
+    assert [(t.role, t.content) for t in sessions.window("alice", "web")] == [
+        ("user", "Hi"), ("assistant", "Hello!")]
+    assert said.metadata == answered.metadata == {"lang": "en", "channel": "web"}
+    assert len(timers.made) == 1 and timers.live == timers.made  # armed once, from the reply

@@ -25,6 +25,7 @@ from ledgermem.agent.tools import MEMORY_OFF_REPLY, MEMORY_OFF_TOOL, openai_tool
 from ledgermem.agent.wrapper import AsyncMemoryAgent, MemoryAgent, MemoryMixin, PreparedTurn
 from ledgermem.aio import AsyncMemory
 from ledgermem.errors import InvalidInput
+from ledgermem.store.base import TurnQuery
 from ledgermem.testing import ScriptedLLMServer
 from tests.agent.test_sessions import FakeTimers
 from tests.pipeline.conftest import make_llm
@@ -210,6 +211,28 @@ def test_the_prefix_is_byte_identical_across_a_session_that_writes_and_recalls(
     assert fresh.new_prefix and fresh.prefix != prefix and fresh.prefix is not None
     assert "Owns a cat named Miso" in fresh.prefix and "I live in Porto" in fresh.prefix
     assert fresh.messages[1:-1] == []
+
+
+@pytest.mark.parametrize("reply", ["bad\x00reply", "", "x" * 100_001, None])
+def test_a_refused_reply_stores_neither_turn_and_keeps_the_prefix(
+        memory: Memory, clock: FakeClock, timers: FakeTimers, reply: Any) -> None:
+    # Regression: finish stored the user's turn before the reply was refused; every
+    # retry added another orphan question, and the next prepare rebuilt the prefix.
+    sessions = Sessions(memory, timer_factory=timers)
+    agent = MemoryAgent(memory, user="alice", channel="web", sessions=sessions)
+    first = agent.prepare("hello question")
+    for _ in range(2):  # the host retries
+        with pytest.raises(InvalidInput):
+            agent.finish("hello question", reply)
+    assert sessions.history("alice", "web") == []
+    assert memory.store.query_turns("alice", TurnQuery()) == []  # in no session either
+    again = agent.prepare("hello question")
+    assert not again.new_prefix and again.prefix == first.prefix
+    said, answered = agent.finish("hello question", "Hello!")
+    assert [(t.role, t.content) for t in sessions.history("alice", "web")] == [
+        ("user", "hello question"), ("assistant", "Hello!")]
+    assert (said.session_id, answered.session_id) == ("alice:web", "alice:web")
+    assert not agent.prepare("and then?").new_prefix
 
 
 # tools -------------------------------------------------------------------------------------
