@@ -229,6 +229,35 @@ def test_reembed_stages_then_swaps_while_search_keeps_working(db_url: str) -> No
     new.close()
 
 
+def test_reembed_ends_with_named_turns_and_embeds_a_text_changed_meanwhile(
+        db_url: str) -> None:
+    """A turn is embedded with its speaker's name; an item whose text changed after its
+    new vector was staged is embedded again before the swap."""
+    old = open_memory(db_url)
+    alice = old.for_user("alice")
+    alice.add_turn("user", "I went to a support group", name="Caroline")
+    alice.add_turn("assistant", "How was it?")
+    item = alice.remember("The sky is blue")
+    old.flush()
+    new_embedder = HashEmbedder(dimensions=32)
+    store = open_store(db_url)
+    assert count_unstaged(store, new_embedder.model_id) == 3
+    store.stage_embeddings("knowledge", [(item.id, item.content,
+                                          new_embedder.embed_batch([item.content])[0])],
+                           new_embedder.model_id)
+    assert count_unstaged(store, new_embedder.model_id) == 2
+    alice.update(item.id, content="The sea is green")        # after its vector was staged
+    assert count_unstaged(store, new_embedder.model_id) == 3
+    assert reembed(store, new_embedder) == 3                 # it ends
+    assert rows(db_url, "SELECT DISTINCT embedding_model FROM conversations") == [("hash:32",)]
+    store.close()
+    old.close()
+    stored = stored_embedding(db_url, item.id)
+    assert stored is not None
+    assert np.allclose(np.frombuffer(stored, dtype=np.float32),
+                       new_embedder.embed_batch(["The sea is green"])[0], atol=1e-6)
+
+
 def test_embedders_are_built_by_name() -> None:
     embedder = embedder_from_name("hash:16")
     assert (embedder.model_id, embedder.dimensions) == ("hash:16", 16)

@@ -66,9 +66,18 @@ SORTABLE = frozenset(
 REDACTED = "[forgotten]"
 PIPELINE_TABLES = ("llm_calls", "comparisons")
 """Views the write pipeline derives from ``llm.called`` and ``memory.compared`` events."""
-EMBED_TEXT = {"knowledge": "content", "conversations": "coalesce(name || ': ', '') || content"}
+_EMBED_TEXT = {"knowledge": "{t}content",
+               "conversations": "coalesce({t}name || ': ', '') || {t}content"}
+EMBED_TEXT = {table: text.format(t="") for table, text in _EMBED_TEXT.items()}
 """The text a row is embedded from, per table: a turn is embedded with its speaker's
 name ("Caroline: I went to a support group"), since questions name people."""
+
+
+def embed_text(table: str, alias: str) -> str:
+    """``EMBED_TEXT[table]`` read from the row ``alias`` names: beside
+    ``embedding_staging``, whose text column is ``content`` too, a bare column would be
+    the staging row's."""
+    return _EMBED_TEXT[table].format(t=f"{alias}.")
 CONTEXT_TURNS = 2
 """Neighbouring turns on each side whose text is indexed with a turn."""
 NEIGHBOUR_SMOOTHING = 0.5
@@ -1022,7 +1031,7 @@ class SQLStore(ABC):
         rows = self._read(
             f"SELECT id, {EMBED_TEXT[name]} AS text FROM {name} AS t WHERE NOT EXISTS ("
             "SELECT 1 FROM embedding_staging AS s WHERE s.table_name = ? AND s.id = t.id "
-            f"AND s.model = ? AND s.content = {EMBED_TEXT[name]}) ORDER BY pk LIMIT ?",
+            f"AND s.model = ? AND s.content = {embed_text(name, 't')}) ORDER BY pk LIMIT ?",
             [name, model, limit])
         return [(r[0], r[1]) for r in rows]
 
@@ -1042,7 +1051,7 @@ class SQLStore(ABC):
             for table in ("knowledge", "conversations"):
                 if run(f"SELECT 1 FROM {table} AS t WHERE NOT EXISTS (SELECT 1 FROM "
                        "embedding_staging AS s WHERE s.table_name = ? AND s.id = t.id AND "
-                       f"s.model = ? AND s.content = {EMBED_TEXT[table]}) LIMIT 1",
+                       f"s.model = ? AND s.content = {embed_text(table, 't')}) LIMIT 1",
                        [table, model]):
                     return False
             for table in ("knowledge", "conversations"):
