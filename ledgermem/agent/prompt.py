@@ -337,7 +337,8 @@ def system_prefix(handle: UserMemory, options: PromptOptions = DEFAULTS, *,
     """The frozen system-prompt prefix of a session: never empty.
 
     The instructions, then one ``<memory>`` block holding the profile's bullets (when
-    given) and up to ``options.preferences`` preferences, ``facts`` facts, ``skills``
+    given; the items of a ``raw`` one are not listed again) and up to
+    ``options.preferences`` preferences, ``facts`` facts, ``skills``
     skills and ``errors`` known errors of the global context and the active one
     (``context``, default the handle's). Sensitive, superseded and invalidated items
     are left out. Each section keeps its best items by confidence (then importance,
@@ -355,11 +356,15 @@ def system_prefix(handle: UserMemory, options: PromptOptions = DEFAULTS, *,
     contexts = _contexts(handle, context)
     head = options.text
     body: list[str] = []
+    listed: set[str] = set()   # a raw profile's items, not listed again below it
     if profile is not None and profile.bullets:
         body.append("## Profile")
         body.extend(f"- {as_data(bullet)}" for bullet in profile.bullets)
+        if profile.source == "raw":
+            listed.update(profile.bullets)
     for category, title, cap in options.caps:
-        chosen = _shown(handle, category, contexts)[:cap]
+        chosen = [item for item in _shown(handle, category, contexts)
+                  if item.content not in listed][:cap]
         if chosen:
             body.append(f"## {title}")
             body.extend(_item_line(item) for item in

@@ -258,6 +258,21 @@ def test_without_an_llm_the_profile_is_the_raw_list(alice: UserMemory) -> None:
     assert profile(alice).bullets[0] == "Dentist (due 2026-06-03 14:00 UTC)"
 
 
+def test_a_raw_profile_lists_each_item_once(alice: UserMemory) -> None:
+    """Without an LLM the profile is the top items verbatim: the sections under it show
+    the others, not the same again."""
+    for n in range(25):
+        alice.remember(f"fact number {n} zq{n}", dedup=False, confidence=n / 100)
+    alice.remember("Prefers window seats", "preference", confidence=0.9)
+    found = profile(alice)
+    prefix = system_prefix(alice, profile=found)
+    assert all(prefix.count(f"fact number {n} zq{n}\n") <= 1 for n in range(25))
+    assert prefix.count("fact number 4 zq4\n") == 1   # in Facts: the profile left it out
+    assert prefix.count("Prefers window seats") == 1
+    assert "## Preferences" not in prefix          # its one item is in the profile
+    assert "## Facts" in prefix                    # the facts the profile left out
+
+
 # the per-turn block ------------------------------------------------------------------
 def test_turn_block_shows_the_time_with_weekday_and_offset(
         alice: UserMemory, clock: FakeClock) -> None:
