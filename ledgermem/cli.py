@@ -17,8 +17,10 @@ import json
 import logging
 import os
 import re
+import stat
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, NoReturn, TypeVar
@@ -35,6 +37,7 @@ from .mcp.command import mcp_command
 from .memory import TIME_MODES, Memory, TimeMode, UserMemory, open_store
 from .server.cli import serve as serve_command
 from .store.base import Store
+from .store.sql import SORTABLE
 from .types import CATEGORIES, SOURCES, Event, Hit, Item, Turn
 
 __all__ = ["EXIT_CODES", "build_embedder", "failure", "main", "recorded_embedder",
@@ -48,10 +51,13 @@ TEST_EMBEDDERS = {"hash": "ledgermem.testing"}
 """Embedders that live with the test helpers, imported (which registers them) only when
 named: the runtime registry never names test code."""
 ROLES = ("user", "assistant", "system", "tool")
+TURN_FIELDS = ("at", "content", "metadata", "name", "role")
+"""The fields of a turn in an ``add-turns`` file: what ``UserMemory.add_turns`` reads."""
 MAX_DAYS = 100_000
 MAX_INT = 2**63 - 1
 DEBUG_ENV = "LEDGERMEM_DEBUG"
 USER_ENV = "LEDGERMEM_USER"
+DB_ENV = "LEDGERMEM_DB"
 
 
 # errors: the one place they become what a user sees ----------------------------------
@@ -298,7 +304,7 @@ def command(group: click.Group, name: str | None = None) -> Callable[[F], F]:
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--db", envvar="LEDGERMEM_DB", default=None,
+@click.option("--db", envvar=DB_ENV, default=None,
               help="Database path or URL (sqlite:///…, postgresql://…). "
                    "Default: the user data dir. Env: LEDGERMEM_DB.")
 @click.option("--user", "-u", envvar=USER_ENV, default="local", show_default=True,
@@ -321,7 +327,7 @@ def main(ctx: click.Context, db: str | None, user: str, as_json: bool,
     for what, value in (("--db", db), ("--user", user), ("--embedder", embedder),
                         ("--config", config)):
         _utf8(value, what)
-    _refuse_empty_user_variable(ctx)
+    _refuse_empty_values(ctx, db)
     config_path, problem = None, None
     try:
         config_path = find_config_path(config, os.environ)
@@ -337,13 +343,22 @@ def main(ctx: click.Context, db: str | None, user: str, as_json: bool,
     ctx.call_on_close(ctx.obj.close)
 
 
-def _refuse_empty_user_variable(ctx: click.Context) -> None:
-    """Refuse ``LEDGERMEM_USER=""``: click takes an empty variable for an unset one,
-    so it would silently serve the default user 'local', as ``--user ""`` must not."""
-    if ctx.get_parameter_source("user") is click.core.ParameterSource.DEFAULT \
-            and os.environ.get(USER_ENV) == "":
-        raise InvalidInput(f"{USER_ENV} is set but empty: name a user, or unset it to use "
-                           "'local'")
+def _refuse_empty_values(ctx: click.Context, db: str | None) -> None:
+    """Refuse a blank ``--db``, and ``LEDGERMEM_USER=""`` or ``LEDGERMEM_DB=""``:
+    click takes an empty variable for an unset one, so each would silently fall back
+    to its default (the user 'local', the database in the user data dir), as
+    ``--user ""`` or ``--db ""`` must not."""
+    if db is not None and not db.strip():
+        given = DB_ENV if ctx.get_parameter_source("db") is \
+            click.core.ParameterSource.ENVIRONMENT else "--db"
+        raise InvalidInput(f"empty database path in {given}: give a path or URL")
+    for name, variable, what, default in (
+            ("user", USER_ENV, "a user", "'local'"),
+            ("db", DB_ENV, "a database path or URL", "the one in the user data dir")):
+        if ctx.get_parameter_source(name) is click.core.ParameterSource.DEFAULT \
+                and os.environ.get(variable) == "":
+            raise InvalidInput(f"{variable} is set but empty: name {what}, or unset it to "
+                               f"use {default}")
 
 
 # tables ---------------------------------------------------------------------------
@@ -462,8 +477,9 @@ def _json(text: str, where: str) -> Any:
 
 
 def _located(message: str, wheres: Sequence[str]) -> str:
-    """``remember_many``'s "item N: …" with where entry N is in the file instead."""
-    found = re.fullmatch(r"item (\d+): (.*)", message, re.DOTALL)
+    """``remember_many``'s "item N: …" (``add_turns``' "turn N: …") with where entry N
+    is in the file instead."""
+    found = re.fullmatch(r"(?:item|turn) (\d+): (.*)", message, re.DOTALL)
     if found is None or int(found[1]) >= len(wheres):
         return message
     return f"{wheres[int(found[1])]}: {found[2]}"
@@ -475,7 +491,9 @@ def _located(message: str, wheres: Sequence[str]) -> str:
 @click.option("--category", "-c", type=click.Choice(CATEGORIES), default=None)
 @click.option("--context", default=None)
 @click.option("--entity", default=None)
-@click.option("--conversations", is_flag=True, help="Search past turns instead of knowledge.")
+@click.option("--conversations", is_flag=True,
+              help="Search past turns instead of knowledge (--category, --context and "
+                   "--entity filter knowledge only).")
 @click.option("--all", "everything", is_flag=True,
               help="Search knowledge and past turns together, in one list.")
 @click.option("--time-mode", type=click.Choice(TIME_MODES), default=None,
@@ -487,6 +505,8 @@ def recall(obj: Context, query: str, top_k: int, category: str | None, context: 
     """Search memory by keywords and meaning."""
     if conversations and everything:
         raise click.UsageError("--conversations and --all cannot be combined")
+    if conversations:
+        _refuse_knowledge_filters(category=category, context=context, entity=entity)
     handle = obj.handle()
     if conversations:
         hits = handle.search_conversations(query, limit=top_k, time_mode=time_mode)
@@ -511,11 +531,23 @@ def recall(obj: Context, query: str, top_k: int, category: str | None, context: 
     obj.emit(hits, render)
 
 
+def _refuse_knowledge_filters(**filters: str | None) -> None:
+    """Refuse the filters given with ``--conversations``: past turns have no category,
+    context or entity, and ``search_conversations`` takes none of them, so they would
+    be silently ignored."""
+    given = [f"--{name}" for name, value in filters.items() if value is not None]
+    if given:
+        listed = " and ".join([", ".join(given[:-1]), given[-1]] if len(given) > 1 else given)
+        raise click.UsageError(f"{listed} cannot be combined with --conversations "
+                               "(they filter knowledge, not past turns)")
+
+
 @command(main, "list")
 @click.option("--category", "-c", type=click.Choice(CATEGORIES), default=None)
 @click.option("--context", default=None)
 @click.option("--entity", default=None)
-@click.option("--sort", default="updated_at", show_default=True)
+@click.option("--sort", type=click.Choice(sorted(SORTABLE)), default="updated_at",
+              show_default=True, help="The field to order the items by.")
 @click.option("--order", type=click.Choice(["asc", "desc"]), default="desc", show_default=True)
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
 @click.option("--offset", type=click.IntRange(0, MAX_INT), default=0, show_default=True)
@@ -642,7 +674,7 @@ infer_option = click.option(
          "in the queue for `maintain`).")
 
 
-def _keep_turns(obj: Context, turns: list[dict[str, Any]], session_id: str | None,
+def _keep_turns(obj: Context, turns: Sequence[Mapping[str, Any]], session_id: str | None,
                 infer: bool) -> list[Turn]:
     from .pipeline.extraction import ExtractionOptions
 
@@ -680,18 +712,32 @@ def add_turn(obj: Context, content: str, role: str, session_id: str | None,
 @infer_option
 def add_turns(obj: Context, file: str, session_id: str | None, infer: bool) -> None:
     """Keep the messages of FILE (or - for stdin), JSON Lines of {"role", "content"} and
-    optionally "name", "at", "metadata", in one transaction."""
-    with click.open_file(file, "r", encoding="utf-8") as source:
-        turns = _read_turns(source, file)
-    kept = _keep_turns(obj, turns, session_id, infer)
+    optionally "name", "at", "metadata", in one transaction; a bad line stores nothing."""
+    entries: list[tuple[str, dict[str, Any]]] = []
+    try:
+        with click.open_file(file, "r", encoding="utf-8") as source:
+            entries = _read_turns(source, file)
+        kept = _keep_turns(obj, [turn for _, turn in entries], session_id, infer)
+    except InvalidInput as exc:
+        raise InvalidInput(f"{_located(str(exc), [where for where, _ in entries])}; "
+                           "nothing was stored") from exc
     obj.emit(kept, lambda: obj.console.print(
         f"kept {len(kept)} turns in session {kept[0].session_id}"))
 
 
-def _read_turns(source: IO[str], name: str) -> list[dict[str, Any]]:
+def _read_turns(source: IO[str], name: str) -> list[tuple[str, dict[str, Any]]]:
+    """The turns of an ``add-turns`` file, each with where it is in the file; a field
+    ``add_turns`` would not read is refused rather than silently dropped."""
     from .transfer import parse_object_line
 
-    turns = [parse_object_line(line, where) for where, line in _json_lines(source, name)]
+    turns = []
+    for where, line in _json_lines(source, name):
+        turn = parse_object_line(line, where)
+        unknown = sorted(set(turn) - set(TURN_FIELDS))
+        if unknown:
+            raise InvalidInput(f"{where}: unknown field {unknown[0]!r} (known: "
+                               f"{', '.join(TURN_FIELDS)})")
+        turns.append((where, turn))
     if not turns:
         raise InvalidInput(f"{name} holds no turns")
     return turns
@@ -812,7 +858,10 @@ def reembed(obj: Context, name: str, base_url: str | None) -> None:
 # moving between stores --------------------------------------------------------------
 @contextmanager
 def _transfer_progress(obj: Context) -> Iterator[Any]:
-    """A progress callback for ``ledgermem.transfer`` drawing bars on stderr."""
+    """A progress callback for ``ledgermem.transfer`` drawing bars on stderr. The bars
+    stay only after a success that drew some; otherwise they are erased on a terminal,
+    and written nowhere else (there rich writes the last bars and a blank line when it
+    stops), so that a failure is one line on stderr."""
     from rich.progress import Progress
 
     with Progress(console=Console(stderr=True), disable=obj.as_json) as bar:
@@ -823,7 +872,47 @@ def _transfer_progress(obj: Context) -> Iterator[Any]:
                 tasks[phase] = bar.add_task(phase, total=total)
             bar.update(tasks[phase], completed=done, total=total)
 
-        yield report
+        succeeded = False
+        try:
+            yield report
+            succeeded = True
+        finally:
+            if not (succeeded and tasks):
+                bar.live.transient = True
+                bar.console.quiet = not bar.console.is_terminal
+
+
+@contextmanager
+def _output_file(path: str) -> Iterator[IO[str]]:
+    """``path`` opened to write UTF-8 text (``-``: stdout). A file is written under a
+    temporary name in its folder and moved over ``path`` only once the block ends
+    without an error: a failed or interrupted command leaves what was there, or
+    nothing, as it was. (click's ``atomic=True`` moves the partial file into place
+    whatever happened.)"""
+    if path == "-":
+        with click.open_file(path, "w", encoding="utf-8") as out:
+            yield out
+        return
+    target = Path(path)
+    if not path.strip() or not target.name or path.endswith(("/", os.sep)):
+        raise InvalidInput(f"{path!r} names no file to write")
+    if not target.parent.is_dir():
+        raise InvalidInput(f"no folder {target.parent} to write {path} in")
+    part = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.part")
+    # A file replaced keeps its mode (an owner-only export stays so), as with click.
+    mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else 0o666
+    try:
+        descriptor = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    except OSError as exc:
+        raise click.FileError(path, hint=exc.strerror or str(exc)) from exc
+    try:
+        with open(descriptor, "w", encoding="utf-8") as out:
+            yield out
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(part, target)
+    finally:
+        part.unlink(missing_ok=True)
 
 
 @command(main, "export")
@@ -840,8 +929,7 @@ def export(obj: Context, output: str, users: tuple[str, ...]) -> None:
 
     store = obj.open_store()
     try:
-        with _transfer_progress(obj) as report, click.open_file(
-                output, "w", encoding="utf-8", atomic=output != "-") as out:
+        with _transfer_progress(obj) as report, _output_file(output) as out:
             events = export_jsonl(store, out, users=users or None, progress=report)
     finally:
         store.close()

@@ -81,21 +81,24 @@ class UserMemory(UserReview, UserLedger):
         Raises:
             InvalidInput: an unknown role, empty content or content longer than
                 ``Limits.max_turn_chars``, an unreadable ``at``, metadata that is not a
-                JSON object, or text no store can keep (NUL, lone surrogates); nothing
-                is stored then.
+                JSON object, or text no store can keep (NUL, lone surrogates), named by
+                the turn's index (``turn 3: …``); nothing is stored then.
         """
         session = check_optional_name(session_id, "session_id") or self.scope.session_id \
             or f"{self.user_id}:default"
         limits = self._memory.limits
         batch = new_id() if infer else None
         events = []
-        for turn in check_turns(turns):
-            role = check_choice("role", turn.get("role"), ROLES)
-            content = check_turn_content(turn.get("content"), limits)
-            at = self._when(turn.get("at")) or self._now()
-            payload = {"role": role, "content": content, "at": at,
-                       "name": check_optional_name(turn.get("name"), "a turn's name"),
-                       "metadata": json_object(turn.get("metadata"), "metadata")}
+        for number, turn in enumerate(check_turns(turns)):
+            try:
+                role = check_choice("role", turn.get("role"), ROLES)
+                content = check_turn_content(turn.get("content"), limits)
+                at = self._when(turn.get("at")) or self._now()
+                payload = {"role": role, "content": content, "at": at,
+                           "name": check_optional_name(turn.get("name"), "a turn's name"),
+                           "metadata": json_object(turn.get("metadata"), "metadata")}
+            except InvalidInput as exc:
+                raise InvalidInput(f"turn {number}: {exc}") from exc
             if batch:
                 payload["extract"] = batch
             events.append(self._event(Kind.turn(role), payload, session_id=session))

@@ -353,3 +353,14 @@ def test_a_date_at_the_edge_of_time_is_invalid_input(mem: Memory, alice: UserMem
     with pytest.raises(InvalidInput):
         alice.add_turn("user", "hi", at=edge)
     assert snapshot(mem) == before
+
+
+def test_a_bad_turn_among_many_is_named_and_nothing_is_stored(mem: Memory,
+                                                              alice: UserMemory) -> None:
+    before, events = snapshot(mem), event_count(mem)
+    with pytest.raises(InvalidInput, match=r"^turn 1: unknown role .robot."):
+        alice.add_turns([{"role": "user", "content": "hi"}, {"role": "robot", "content": "x"}])
+    with pytest.raises(InvalidInput, match=r"^turn 2: .*metadata"):
+        alice.add_turns([{"role": "user", "content": "a"}, {"role": "user", "content": "b"},
+                         {"role": "user", "content": "c", "metadata": [1]}])
+    assert (event_count(mem), snapshot(mem)) == (events, before)

@@ -197,15 +197,20 @@ def embedder_from_name(spec: str, **options: Any) -> Embedder:
     ``sentence-transformers:/models/minilm``); the argument is passed as ``model=``.
 
     Raises:
-        InvalidInput: an unknown name, or options the embedder refuses.
+        InvalidInput: an unknown name, a colon with no model after it (``openai:``,
+            refused before any network call), or options the embedder refuses.
         ConfigError: the embedder's optional dependency is not installed.
     """
     if not isinstance(spec, str):
         raise InvalidInput(f"an embedder name is text, not {type(spec).__name__}")
-    name, _, argument = spec.partition(":")
+    name, colon, argument = spec.partition(":")
     if name not in _REGISTRY:
         raise InvalidInput(f"unknown embedder {name!r}; known: "
                            f"{', '.join(registered_embedders())}")
+    if colon and not argument.strip():
+        raise InvalidInput(f"{spec!r} names no model after the colon (give one, as in "
+                           f"openai:text-embedding-3-small, or {name!r} alone for its "
+                           "default)")
     if argument:
         options.setdefault("model", argument)
     return _build(name, options, spec)
