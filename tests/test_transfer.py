@@ -28,6 +28,7 @@ from ledgermem.memory import open_store
 from ledgermem.store.base import Store
 from ledgermem.testing import HashEmbedder
 from ledgermem.transfer import export_jsonl, import_jsonl, migrate
+from ledgermem.validation import MAX_JSON_DEPTH
 from tests.support import FakeClock, rows, snapshot, supersede
 
 SECRET = "zanzibarquux"
@@ -211,6 +212,31 @@ def test_import_refuses_a_user_who_already_has_a_ledger(mem: Memory,
         other.for_user("bob").forget_user()
         assert import_jsonl(other.store, io.StringIO(text)) == 2   # disjoint users merge
         assert sorted(other.store.user_ids()) == ["alice", "bob", "carol"]
+
+
+def test_import_refuses_a_payload_no_write_would_store(mem: Memory,
+                                                       make_db_url: Callable[[], str]) -> None:
+    """An edited export whose metadata is nested past ``MAX_JSON_DEPTH`` (or holds a NUL)
+    stores nothing: such a row could not be read back over REST."""
+    lines = exported(mem).splitlines()
+    at = next(n for n, line in enumerate(lines) if '"memory.added"' in line)
+    record = json.loads(lines[at])
+    for bad in ({"a": _nested(MAX_JSON_DEPTH)}, {"note": "a\x00b"}):
+        record["payload"]["item"]["metadata"] = bad
+        lines[at] = json.dumps(record)
+        url = make_db_url()
+        with Memory.open(url, embedder=None) as other:
+            before = snapshot(url)
+            with pytest.raises(InvalidInput, match=rf"line {at + 1}: the payload"):
+                import_jsonl(other.store, io.StringIO("\n".join(lines) + "\n"))
+            assert snapshot(url) == before
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
 
 
 def test_import_refuses_vectors_of_another_model(db_url: str,
