@@ -940,19 +940,43 @@ def export(obj: Context, output: str, users: tuple[str, ...]) -> None:
         obj.emit(result, lambda: obj.console.print(f"exported {events} events to {output}"))
 
 
+def _missing(url: str | None) -> bool:
+    """Whether ``url`` names a SQLite file that does not exist yet."""
+    try:
+        open_store(url, create=False).close()
+    except InvalidInput:   # "no database at …": only a SQLite file can be missing
+        return True
+    return False
+
+
+def _files(store: Store) -> list[Path]:
+    """A SQLite store's database file and the journal files beside it (none for
+    another store)."""
+    path = getattr(store, "path", None)
+    if not isinstance(path, Path):
+        return []
+    return [path, *(path.with_name(path.name + suffix) for suffix in ("-wal", "-shm"))]
+
+
 @command(main, "import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
 def import_(obj: Context, file: str) -> None:
     """Replay an export (FILE, or - for stdin) into the store: all or nothing."""
     from .transfer import import_jsonl
 
+    new = _missing(obj.db)
     store = obj.open_store(create=True)
+    made = _files(store) if new else []
     try:
         with _transfer_progress(obj) as report, click.open_file(
                 file, "r", encoding="utf-8") as source:
             events = import_jsonl(store, source, progress=report)
-    finally:
+    except BaseException:
         store.close()
+        for path in made:   # a failed import leaves no empty database behind
+            path.unlink(missing_ok=True)
+        raise
+    store.close()
     obj.emit({"imported_events": events}, lambda: obj.console.print(
         f"imported {events} events into {shown_url(store.url)}"))
 

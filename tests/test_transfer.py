@@ -344,6 +344,24 @@ def test_cli_export_import_and_migrate(db_url: str, make_db_url: Callable[[], st
             assert everything(copy) == before
 
 
+def test_a_failed_cli_import_leaves_no_new_database_and_an_old_one_as_it_was(
+        tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"type": "header"\n', encoding="utf-8")   # cut short
+    runner = CliRunner()
+    fresh = tmp_path / "fresh.db"
+    done = runner.invoke(main, ["--db", str(fresh), "import", str(bad)])
+    assert done.exit_code == 2, done.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl"]
+    kept = tmp_path / "kept.db"
+    with Memory.open(kept, embedder=None) as mem:
+        mem.for_user("alice").remember("Alice's fact")
+    before = snapshot(str(kept))
+    done = runner.invoke(main, ["--db", str(kept), "import", str(bad)])
+    assert done.exit_code == 2, done.output
+    assert kept.exists() and snapshot(str(kept)) == before
+
+
 def test_cli_export_piped_into_import_as_processes(db_url: str,
                                                    make_db_url: Callable[[], str]) -> None:
     clock = FakeClock()
