@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from ledgermem import InvalidInput, Item, Memory, UserMemory
+from ledgermem import InvalidInput, Item, Memory, NotFound, UserMemory
 from tests.support import event_count, snapshot
 
 
@@ -364,3 +364,19 @@ def test_a_bad_turn_among_many_is_named_and_nothing_is_stored(mem: Memory,
         alice.add_turns([{"role": "user", "content": "a"}, {"role": "user", "content": "b"},
                          {"role": "user", "content": "c", "metadata": [1]}])
     assert (event_count(mem), snapshot(mem)) == (events, before)
+
+
+def test_provenance_names_the_users_own_turns(mem: Memory, alice: UserMemory) -> None:
+    """``turn_ids`` of a revise or invalidate must be turns of the same user."""
+    bobs = mem.for_user("bob").add_turn("user", "Bob lives in Braga")
+    mine = alice.add_turn("user", "I moved to Porto")
+    item = alice.remember("Lives in Lisbon")
+    before, events = snapshot(mem), event_count(mem)
+    for turn_ids in ([bobs.id], [mine.id, "01a226f1-0000-7000-8000-000000000000"]):
+        with pytest.raises(NotFound, match="no turn"):
+            alice.revise(item.id, "Lives in Porto", turn_ids=turn_ids)
+        with pytest.raises(NotFound, match="no turn"):
+            alice.invalidate(item.id, turn_ids=turn_ids)
+    assert (event_count(mem), snapshot(mem)) == (events, before)
+    revised = alice.revise(item.id, "Lives in Porto", turn_ids=[mine.id])
+    assert revised.content == "Lives in Porto"

@@ -23,7 +23,14 @@ from typing import Any, Literal, NamedTuple
 from ..clock import Clock, iso, new_id
 from ..errors import InvalidInput, NotFound
 from ..retrieval.keyword import query_terms
-from ..store.base import POSTINGS_CAP, MatchMode, Store, iter_chunks, rare_and_common
+from ..store.base import (
+    POSTINGS_CAP,
+    MatchMode,
+    Store,
+    TurnQuery,
+    iter_chunks,
+    rare_and_common,
+)
 from ..types import CATEGORIES, SOURCES, START_CONFIDENCE, Event, Item, ItemQuery, Scope
 from ..validation import (
     check_bool,
@@ -106,6 +113,17 @@ class ItemWriter:
         if item is None:
             raise NotFound(f"no memory {item_id!r}")
         return item
+
+    def own_turns(self, user_id: str, turn_ids: Sequence[str] | None) -> None:
+        """Refuse turn ids that name no turn of ``user_id`` (``NotFound``): an item's
+        provenance names its own user's turns."""
+        if not turn_ids:
+            return
+        found = {turn.id for ids in iter_chunks(list(turn_ids)) for turn in
+                 self.store.query_turns(user_id, TurnQuery(ids=tuple(ids)))}
+        missing = [turn_id for turn_id in turn_ids if turn_id not in found]
+        if missing:
+            raise NotFound(f"no turn {missing[0]!r}")
 
     def twin(self, user_id: str, text: str, category: str, context: str, entity: str | None
              ) -> Item | None:
@@ -360,6 +378,7 @@ class ItemWriter:
             due=self.when(due_at), at=self.when(at), turn_ids=turn_ids)
         with self.store.writing_for(scope.user_id):
             old = self.require(scope.user_id, item_id)
+            self.own_turns(scope.user_id, turn_ids)
             events, new = plan_revise(scope, old, revision, new_id=new_id(), now=self.now())
             self.store.append(events)
         self.written()
@@ -377,6 +396,7 @@ class ItemWriter:
         moment = self.when(at)
         with self.store.writing_for(scope.user_id):
             item = self.require(scope.user_id, item_id)
+            self.own_turns(scope.user_id, turn_ids)
             self.store.append(plan_invalidate(scope, item, reason=reason, source=source,
                                               turn_ids=turn_ids, at=moment, now=self.now()))
             return self.require(scope.user_id, item.id)
