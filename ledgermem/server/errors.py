@@ -213,7 +213,8 @@ def _documented(description: str) -> dict[str, Any]:
 
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    400: _documented("The body could not be read (not JSON, or nested too deeply)."),
+    400: _documented("The body could not be parsed (nested past what the JSON parser "
+                     "reads, about 1,000 levels); a body that is not JSON is a 422."),
     401: _documented("No API key, or one that is unknown or revoked."),
     403: _documented("The key may not do this (another user, an agent-bound key, not "
                      "the admin key)."),
