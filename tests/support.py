@@ -200,3 +200,20 @@ def traced(store: Any, keep: Callable[[str], bool]) -> Iterator[list[str]]:
         yield seen
     finally:
         store.trace(None)
+
+
+def open_with_embedder(url: str, dimensions: int, start: Any, out: Any) -> None:
+    """A spawned child: open ``url`` with a hash embedder of ``dimensions`` once every
+    child is ready (``start``, a barrier), and put ``(dimensions, outcome)`` on ``out``:
+    ``"ok"``, or the error's class name."""
+    from ledgermem.memory import open_store
+    from ledgermem.testing import HashEmbedder
+
+    store = open_store(url)
+    start.wait(timeout=60)
+    try:
+        Memory(store, embedder=HashEmbedder(dimensions=dimensions)).close()
+        out.put((dimensions, "ok"))
+    except Exception as exc:  # reported to the parent, which asserts on it
+        store.close()
+        out.put((dimensions, type(exc).__name__))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from ledgermem.providers.embedders import embedder_from_name, normalise
 from ledgermem.retrieval.embedding import count_unstaged, reembed
 from ledgermem.testing import HashEmbedder
 from ledgermem.types import ItemQuery
-from tests.support import rows, stored_embedding, traced
+from tests.support import open_with_embedder, rows, stored_embedding, traced
 
 
 def open_memory(db_url: str, dims: int = 64, **options: object) -> Memory:
@@ -256,6 +257,26 @@ def test_reembed_ends_with_named_turns_and_embeds_a_text_changed_meanwhile(
     assert stored is not None
     assert np.allclose(np.frombuffer(stored, dtype=np.float32),
                        new_embedder.embed_batch(["The sea is green"])[0], atol=1e-6)
+
+
+@pytest.mark.parametrize("dimensions", [(16, 16, 16, 16), (16, 16, 32, 32)],
+                         ids=["one model", "two models"])
+def test_processes_opening_a_new_store_at_once_agree_on_its_model(
+        db_url: str, dimensions: tuple[int, ...]) -> None:
+    """The first to record its model wins, whole (model and dimensions together):
+    the others with the same model open the store, those with another are refused."""
+    ctx = multiprocessing.get_context("spawn")
+    start, out = ctx.Barrier(len(dimensions)), ctx.Queue()
+    children = [ctx.Process(target=open_with_embedder, args=(db_url, dims, start, out))
+                for dims in dimensions]
+    for child in children:
+        child.start()
+    outcomes = sorted(out.get(timeout=120) for _ in children)
+    for child in children:
+        child.join(timeout=60)
+    [(recorded,)] = rows(db_url, "SELECT value FROM meta WHERE key = 'embedding_dimensions'")
+    assert sorted((dims, "ok" if dims == int(recorded) else "SchemaMismatch")
+                  for dims in dimensions) == outcomes
 
 
 def test_embedders_are_built_by_name() -> None:

@@ -46,10 +46,10 @@ def check_model(store: Store, embedder: Embedder) -> None:
         SchemaMismatch: the store holds vectors of another model or dimension.
     """
     model, dims = store.get_meta("embedding_model"), store.get_meta("embedding_dimensions")
-    if model is None:
-        store.set_meta("embedding_model", embedder.model_id)
-        store.set_meta("embedding_dimensions", str(embedder.dimensions))
-        return
+    if model is None:   # a new store: the first process to open it records its model
+        recorded = store.claim_meta({"embedding_model": embedder.model_id,
+                                     "embedding_dimensions": str(embedder.dimensions)})
+        model, dims = recorded["embedding_model"], recorded["embedding_dimensions"]
     if model != embedder.model_id or dims != str(embedder.dimensions):
         raise SchemaMismatch(
             f"{store.url} holds vectors of {model} ({dims} dimensions), not "

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -512,6 +512,12 @@ class Admin(Protocol):
     @unscoped
     def set_meta(self, key: str, value: str) -> None:
         """Record a store-wide setting."""
+
+    @unscoped
+    def claim_meta(self, values: Mapping[str, str]) -> dict[str, str | None]:
+        """Record ``values`` when none of their keys is recorded yet, all in one
+        transaction that no other claim interleaves with; returns what is recorded for
+        those keys afterwards (ours, or what another process recorded first)."""
 
     @scoped_to_user
     def counts(self, user_id: str) -> dict[str, Any]:

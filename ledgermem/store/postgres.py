@@ -668,6 +668,9 @@ class PostgresStore(SQLStore):
                     [])
             run(hnsw_index_sql(table, dims), [])
 
+    def _claiming(self, run: Run) -> None:
+        run("SELECT pg_advisory_xact_lock(?)", [MIGRATION_LOCK])
+
     def set_meta(self, key: str, value: str) -> None:
         with self._writing() as run:
             super().set_meta(key, value)

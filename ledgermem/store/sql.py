@@ -1110,6 +1110,22 @@ class SQLStore(ABC):
             run("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET "
                 "value = excluded.value", [key, value])
 
+    def claim_meta(self, values: Mapping[str, str]) -> dict[str, str | None]:
+        keys = list(values)
+        with self._writing() as run:
+            self._claiming(run)
+            found: dict[str, str] = {str(key): str(value) for key, value in run(
+                f"SELECT key, value FROM meta WHERE key IN ({marks(len(keys))})", keys)}
+            if not found:
+                for key, value in values.items():
+                    self.set_meta(key, value)
+                found = dict(values)
+        return {key: found.get(key) for key in keys}
+
+    @abstractmethod
+    def _claiming(self, run: Run) -> None:
+        """Keep other claims out of this transaction until it ends."""
+
 
 _TEXT_KEYS = frozenset({"content", "previous", "metadata", "entity", "domain"})
 

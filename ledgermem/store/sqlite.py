@@ -603,6 +603,9 @@ class SQLiteStore(SQLStore):
             found.extend(json.loads(rows[index]) for index in range(len(part)))
         return found
 
+    def _claiming(self, run: Run) -> None:
+        """Nothing to do: the write lock ``BEGIN IMMEDIATE`` took keeps other claims out."""
+
     def _share(self, table: Table, user_id: str) -> float:
         """About the share of ``table``'s rows that are ``user_id``'s; ``SCOPE_SHARE``
         when it is that or more (counted no further). Kept ``KEYWORD_STATS_TTL_S``, or until
