@@ -19,7 +19,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from ledgermem import InvalidInput, Memory
-from ledgermem.cli import _output_file, main
+from ledgermem.cli import main
+from ledgermem.cli.stores import _output_file
 from ledgermem.providers.embedders import embedder_from_name
 from ledgermem.store.sql import SORTABLE
 
@@ -107,7 +108,6 @@ def test_export_to_a_path_it_cannot_write_exits_2(db: str, output: str, says: st
 @pytest.mark.parametrize(("args", "env", "says"), [
     (["--db", ""], {}, "empty database path in --db"),
     (["--db", "  "], {}, "empty database path in --db"),
-    ([], {"LEDGERMEM_DB": ""}, "LEDGERMEM_DB is set but empty"),
     ([], {"LEDGERMEM_DB": " "}, "empty database path in LEDGERMEM_DB"),
 ])
 def test_an_empty_database_path_exits_2_and_never_uses_the_default(
@@ -123,15 +123,15 @@ def test_the_db_option_wins_over_an_empty_variable(db: str) -> None:
     assert json.loads(result.stdout)["items"] == 1
 
 
-def test_an_empty_database_variable_exits_2_in_a_real_process(tmp_path: Path) -> None:
+def test_an_empty_database_variable_counts_as_unset(tmp_path: Path) -> None:
+    """As every ``LEDGERMEM_*`` variable: the default database, in the user data dir."""
     home = tmp_path / "home"
     env = {**os.environ, "HOME": str(home), "XDG_DATA_HOME": str(home / "data"),
            "LEDGERMEM_DB": ""}
     done = subprocess.run([sys.executable, "-m", "ledgermem", "--embedder", "hash",
                            "remember", "hi"], capture_output=True, env=env, timeout=120)
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.decode().startswith("error: LEDGERMEM_DB is set but empty")
-    assert not home.exists()
+    assert done.returncode == 0, done.stderr
+    assert (home / "data" / "ledgermem" / "memory.db").is_file()
 
 
 # recall --conversations ---------------------------------------------------------------

@@ -227,7 +227,6 @@ async def test_stdio_reads_the_configuration_file_given_to_the_command(tmp_path:
 @pytest.mark.parametrize(("args", "env", "says"), [
     (["--user", " "], {}, "error: --user must be non-empty text"),
     (["--user", ""], {}, "error: --user must be non-empty text"),  # once served 'local'
-    ([], {"LEDGERMEM_USER": ""}, "error: LEDGERMEM_USER is set but empty"),  # so did this
 ])
 def test_stdio_refuses_a_bad_user_before_serving(tmp_path: Path, args: list[str],
                                                  env: dict[str, str], says: str) -> None:
