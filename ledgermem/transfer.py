@@ -45,7 +45,7 @@ import numpy as np
 from .errors import InvalidInput, NotFound, SchemaMismatch, StorageError
 from .store.base import Store, Table, TurnQuery, Vector
 from .types import Event, ItemQuery
-from .validation import json_object
+from .validation import check_json
 
 __all__ = ["FORMAT", "VERSION", "Progress", "export_jsonl", "import_jsonl", "migrate"]
 
@@ -172,7 +172,7 @@ class _Writer:
             raise InvalidInput(f"{where}: not an event")
         # what a write would refuse (nesting past MAX_JSON_DEPTH, NUL…) is refused here
         # too: stored, it would make every later read of that row fail
-        json_object(event.payload, f"{where}: the payload", max_chars=None)
+        check_json(event.payload, f"{where}: the payload")
         if event.user_id in self.taken:
             raise InvalidInput(
                 f"user {event.user_id!r} already has a ledger in {self.store.url}; "

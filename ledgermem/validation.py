@@ -34,6 +34,7 @@ __all__ = [
     "check_filters",
     "check_id",
     "check_ids",
+    "check_json",
     "check_limit",
     "check_limits",
     "check_name",
@@ -267,7 +268,7 @@ def json_object(value: Any, what: str, max_chars: int | None = MAX_JSON_CHARS
         raise InvalidInput(f"{what} must be a mapping (a JSON object), not "
                            f"{type(value).__name__}")
     result = dict(value)
-    _check_json(result, what, 1)
+    check_json(result, what)
     try:
         size = len(json.dumps(result, allow_nan=False, ensure_ascii=False))
     except (TypeError, ValueError, RecursionError) as exc:
@@ -278,20 +279,28 @@ def json_object(value: Any, what: str, max_chars: int | None = MAX_JSON_CHARS
     return result
 
 
+def check_json(value: Any, what: str) -> None:
+    """Refuse what no store keeps or no read serialises again, anywhere in a JSON value:
+    unstorable text (``check_text``), keys that are not text, and containers nested
+    deeper than ``MAX_JSON_DEPTH`` (``json_object``'s walk, without its size check)."""
+    _check_json(value, what, 1)
+
+
 def _check_json(value: Any, what: str, depth: int) -> None:
-    """Refuse unstorable text, keys that are not text, and containers deeper than
-    ``MAX_JSON_DEPTH`` (``depth``: the level ``value`` is at). The walk stops at the cap,
-    so a value nested past the recursion limit, or one that holds itself, is refused
-    the same way."""
+    """``check_json`` of ``value`` at level ``depth``. The walk stops at the cap, so a
+    value nested past the recursion limit, or one that holds itself, is refused the
+    same way."""
     if isinstance(value, str):
         check_text(value, what)
         return
-    if not isinstance(value, Mapping | list | tuple):
+    if isinstance(value, dict | list | tuple):
+        pass                    # JSON's own types, tested first: an ABC check is slower
+    elif not isinstance(value, Mapping):
         return
     if depth > MAX_JSON_DEPTH:
         raise InvalidInput(f"{what} is nested more than {MAX_JSON_DEPTH} levels deep")
     children: Iterable[Any] = value
-    if isinstance(value, Mapping):
+    if isinstance(value, dict | Mapping):
         for key in value:
             if not isinstance(key, str):
                 raise InvalidInput(f"{what} keys must be text, not {_show(key)}")
