@@ -59,6 +59,7 @@ from ledgermem.agent.sessions import Sessions
 from ledgermem.errors import InvalidInput, NotFound
 from ledgermem.store.base import TurnQuery
 from ledgermem.testing import ScriptedLLMServer
+from ledgermem.validation import MAX_JSON_CHARS
 from tests.agent.test_sessions import FakeTimers
 from tests.pipeline.conftest import make_llm
 from tests.support import FakeClock
@@ -278,6 +279,75 @@ async def test_session_service_contract(mem: Memory) -> None:
         await service.append_event(full, user_event("after deletion"))
     again = await service.create_session(app_name=APP, user_id="alice", session_id="s1")
     assert again.events == [] and again.state == {"user:name": "Al", "app:currency": "USD"}
+
+
+@pytest.mark.anyio
+async def test_num_recent_events_agrees_with_in_memory_session_service(
+        memory: Memory) -> None:
+    services = {"mine": LedgermemSessionService(memory), "adk": InMemorySessionService()}
+    for service in services.values():
+        created = await service.create_session(app_name=APP, user_id="alice",
+                                               session_id="s")
+        for n in range(5):
+            await service.append_event(created, user_event(f"m{n}", timestamp=100.0 + n))
+
+    async def recent(name: str, count: int) -> list[float]:
+        session = await services[name].get_session(
+            app_name=APP, user_id="alice", session_id="s",
+            config=GetSessionConfig(num_recent_events=count))
+        assert session is not None
+        return [e.timestamp for e in session.events]
+
+    # fewer, all, more than there are (once and twice over), none
+    for count in (1, 3, 4, 5, 6, 7, 9, 10, 11, 0):
+        expected = [100.0 + n for n in range(5)][-count:] if count else []
+        assert await recent("mine", count) == await recent("adk", count) == expected, count
+
+
+@pytest.mark.anyio
+async def test_an_event_over_the_json_cap_is_kept_cut_flagged_and_still_an_event(
+        memory: Memory) -> None:
+    image = bytes(range(256)) * 600  # 153,600 bytes: 204,800 characters of base64
+    big_text = user_event("y" * 200_000, timestamp=1.0)
+    big_image = Event(invocation_id="inv", author="user", timestamp=2.0, content=types.Content(
+        role="user", parts=[types.Part(text="what is in this picture?"),
+                            types.Part(inline_data=types.Blob(data=image,
+                                                              mime_type="image/png"))]))
+    big_state = state_event({"notes": "n" * 60_000}, timestamp=3.0)  # fits: kept whole
+    too_much_state = state_event({"notes": "n" * 150_000}, timestamp=4.0)
+    reference = InMemorySessionService()  # ADK's own service takes all four
+    theirs = await reference.create_session(app_name=APP, user_id="alice")
+    for event in (big_text, big_image, big_state, too_much_state):
+        await reference.append_event(theirs, event)
+
+    service = LedgermemSessionService(memory)
+    session = await service.create_session(app_name=APP, user_id="alice", session_id="s")
+    for event in (big_text, big_image, big_state):
+        await service.append_event(session, event)
+    with pytest.raises(InvalidInput, match="actions, kept whole"):
+        # the state is rebuilt from the events' state deltas: never cut
+        await service.append_event(session, too_much_state)
+
+    stored = await service.get_session(app_name=APP, user_id="alice", session_id="s")
+    assert stored is not None and [e.timestamp for e in stored.events] == [1.0, 2.0, 3.0]
+    text, picture, state = stored.events  # Event models, validated on the way back
+    assert text.id == big_text.id and text.content is not None and text.content.parts
+    cut = text.content.parts[0].text or ""
+    assert cut.startswith("y" * 90_000) and "… [cut: " in cut
+    assert picture.content is not None and picture.content.parts
+    assert picture.content.parts[0].text == "what is in this picture?"
+    blob = picture.content.parts[1].inline_data
+    assert blob is not None and blob.data and image.startswith(blob.data)  # a prefix
+    assert blob.mime_type == "image/png"
+    assert state == big_state and stored.state == {"notes": "n" * 60_000}
+    turns = memory.store.query_turns(ledger_user(APP, "alice"), TurnQuery())
+    for turn, event in zip(turns, (big_text, big_image, big_state), strict=True):
+        assert len(json.dumps(turn.metadata, ensure_ascii=False)) <= MAX_JSON_CHARS
+        whole = len(json.dumps(json.loads(event.model_dump_json(exclude_none=True)),
+                               ensure_ascii=False))
+        assert turn.metadata.get("original_length") == (
+            None if event is big_state else whole)
+        assert turn.metadata.get("truncated") is (None if event is big_state else True)
 
 
 @pytest.mark.anyio

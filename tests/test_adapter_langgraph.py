@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -21,7 +22,7 @@ pytest.importorskip("langgraph", reason="the langgraph extra is not installed")
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
-from langgraph.store.base import BaseStore, InvalidNamespaceError
+from langgraph.store.base import BaseStore, InvalidNamespaceError, PutOp
 from langgraph.store.memory import InMemoryStore
 
 from ledgermem import Memory
@@ -30,6 +31,7 @@ from ledgermem.adapters.langgraph import LedgermemStore, NamespaceError
 from ledgermem.errors import InvalidInput
 from ledgermem.testing import HashEmbedder
 from ledgermem.types import ItemQuery
+from ledgermem.validation import MAX_JSON_CHARS
 from tests.support import FakeClock
 
 NS = ("alice", "memories")
@@ -105,6 +107,38 @@ def test_an_update_keeps_when_the_item_was_created(store: LedgermemStore,
     assert len(store.search(NS)) == 1  # one key, one item
 
 
+class TickingClock(FakeClock):
+    """A clock that moves on by a millisecond every time it is read, as a real one does."""
+
+    def __call__(self) -> datetime:
+        self.now += timedelta(milliseconds=1)
+        return self.now
+
+
+def test_a_first_put_is_created_and_updated_at_one_moment(tmp_path: Path) -> None:
+    memory = Memory.open(tmp_path / "tick.db", clock=TickingClock(), embedder=None)
+    store = LedgermemStore(memory)
+    try:
+        # as LangGraph's InMemoryStore: updated_at is never before created_at
+        for target in (store, InMemoryStore()):
+            target.put(NS, "k1", {"text": "likes tea"})
+            first = target.get(NS, "k1")
+            assert first is not None and first.created_at <= first.updated_at
+            target.put(NS, "k1", {"text": "likes green tea"})
+            again = target.get(NS, "k1")
+            assert again is not None and first.created_at <= again.created_at \
+                <= again.updated_at
+        store.put(NS, "k2", {"text": "likes coffee"})
+        new = store.get(NS, "k2")
+        [found] = store.search(NS, filter={"text": "likes coffee"})
+        assert new is not None and new.created_at == new.updated_at  # one moment
+        assert (found.created_at, found.updated_at) == (new.created_at, new.updated_at)
+        updated = store.get(NS, "k1")  # (ledgermem keeps the first put's created_at)
+        assert updated is not None and updated.created_at < updated.updated_at
+    finally:
+        memory.close()
+
+
 def test_search_with_a_query_ranks_by_meaning_and_words_within_the_prefix_and_filter(
         store: LedgermemStore, memory: Memory) -> None:
     fill(store)
@@ -157,6 +191,37 @@ def test_ttl_expires_refreshes_on_read_and_is_swept(mem: Memory, clock: FakeCloc
     assert store.sweep_ttl() == 2
     items, _ = memory.store.query_items("alice", ItemQuery(include_superseded=True))
     assert [i.content for i in items] == ["Born in 1990"]  # the others are forgotten
+
+
+def test_a_bad_or_non_positive_ttl_is_refused_and_stores_nothing(
+        store: LedgermemStore, memory: Memory) -> None:
+    for ttl in ("abc", "5", -1, -0.5, 0, 0.0, float("nan"), float("inf"), True, 10**12):
+        with pytest.raises(InvalidInput, match="ttl must be a number of minutes") as raised:
+            store.put(NS, "k", {"text": "x"}, ttl=ttl)  # type: ignore[arg-type]
+        assert isinstance(raised.value, ValueError), ttl  # what the stores' callers catch
+        with pytest.raises(InvalidInput):
+            store.batch([PutOp(NS, "k", {"text": "x"}, ttl=ttl)])  # type: ignore[arg-type]
+    assert memory.store.user_ids() == []
+    with pytest.raises(InvalidInput, match="ttl must be"):
+        LedgermemStore(memory, ttl={"default_ttl": -1})
+    store.put(NS, "k", {"text": "x"}, ttl=0.5)  # half a minute is a TTL
+    assert store.get(NS, "k") is not None
+
+
+def test_a_value_over_the_json_cap_is_refused_naming_the_limit(store: LedgermemStore,
+                                                               memory: Memory) -> None:
+    reference = InMemoryStore()
+    value = {"text": "z" * (MAX_JSON_CHARS + 1)}
+    reference.put(NS, "big", value)  # the reference keeps anything in memory
+    with pytest.raises(InvalidInput, match="at most 100,000") as raised:
+        store.put(NS, "big", value)
+    assert "'big'" in str(raised.value) and "MAX_JSON_CHARS" in str(raised.value)
+    assert store.get(NS, "big") is None and memory.store.user_ids() == []
+    # a store returns what was put: a value under the limit comes back whole
+    fits = {"text": "z" * 99_000, "tags": ["a"]}
+    store.put(NS, "big", fits)
+    found = store.get(NS, "big")
+    assert found is not None and found.value == fits
 
 
 # isolation and bad input ------------------------------------------------------------------

@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("agents", reason="the openai-agents extra is not installed")
 
 from agents import Agent, OpenAIChatCompletionsModel, RunConfig, Runner, function_tool
-from agents.memory import Session, SessionSettings
+from agents.memory import Session, SessionSettings, SQLiteSession
 from openai import AsyncOpenAI
 
 from ledgermem import Memory
@@ -27,6 +27,7 @@ from ledgermem.agent.sessions import SessionOptions, Sessions
 from ledgermem.errors import InvalidInput
 from ledgermem.store.base import TurnQuery
 from ledgermem.testing import Reply, ScriptedLLMServer
+from ledgermem.validation import MAX_JSON_CHARS
 from tests.agent.test_sessions import FakeTimers
 from tests.pipeline.conftest import make_llm
 from tests.support import FakeClock
@@ -145,6 +146,69 @@ async def test_the_model_is_given_the_window_and_at_most_the_limit(memory: Memor
                                session_settings=SessionSettings(limit=3))
     assert len(await limited.get_items()) == 3
     assert len(await session.history()) == 6  # the whole conversation stays on disk
+
+
+@pytest.mark.anyio
+async def test_get_items_limits_agree_with_the_sdks_sqlite_session(
+        memory: Memory, tmp_path: Path) -> None:
+    items: list[Any] = [{"role": "user", "content": f"question {n}"} for n in range(3)]
+    session = LedgermemSession(memory, user="alice")
+    reference = SQLiteSession("alice", tmp_path / "sdk.db")
+    await session.add_items(items)
+    await reference.add_items(items)
+    try:
+        # fewer, all, more than there are (once and twice over), none, the SDK's
+        # "everything" (None, or any negative limit: SQLite's LIMIT -1)
+        for limit in (1, 2, 3, 4, 5, 6, 7, 100, 0, -1, -5, None):
+            expected = items if limit is None or limit < 0 else items[-limit:] if limit \
+                else []
+            assert await session.get_items(limit) == await reference.get_items(limit) \
+                == expected, limit
+        for settings in (SessionSettings(limit=5), SessionSettings(limit=-1),
+                         SessionSettings(limit=0), SessionSettings(limit=2)):
+            mine = LedgermemSession(memory, user="alice", session_settings=settings)
+            theirs = SQLiteSession("alice", tmp_path / "sdk.db", session_settings=settings)
+            try:
+                assert await mine.get_items() == await theirs.get_items(), settings
+                assert await mine.get_items(-1) == await theirs.get_items(-1) == items
+            finally:
+                theirs.close()
+    finally:
+        reference.close()
+
+
+@pytest.mark.anyio
+async def test_an_item_over_the_json_cap_is_kept_with_its_longest_texts_cut_and_flagged(
+        memory: Memory, tmp_path: Path) -> None:
+    huge: Any = {"role": "user", "content": "x" * 2_000_000}
+    output: Any = {"type": "function_call_output", "call_id": "call_1",
+                   "output": "row\n" * 60_000}  # a long tool result: newlines escaped
+    small: Any = {"role": "assistant", "content": "short " * 10}
+    near: Any = {"role": "user", "content": "y" * 99_000}  # under the cap: kept whole
+    reference = SQLiteSession("alice", tmp_path / "sdk.db")
+    await reference.add_items([huge, output, small, near])  # the SDK's session takes them
+    reference.close()
+
+    session = LedgermemSession(memory, user="alice")
+    await session.add_items([huge, output, small, near])
+    back: list[Any] = await session.get_items()
+    assert back[2:] == [small, near]
+    cut, cut_output = back[0], back[1]
+    assert cut["role"] == "user" and cut["content"].startswith("x" * 50_000)
+    assert cut["content"].endswith(" characters]") and "… [cut: " in cut["content"]
+    assert cut_output["call_id"] == "call_1" and "… [cut: " in cut_output["output"]
+    assert cut_output["output"].startswith("row\n" * 1_000)
+    turns = memory.store.query_turns("alice", TurnQuery())
+    for turn, item in zip(turns, (huge, output, small, near), strict=True):
+        size = len(json.dumps(turn.metadata, ensure_ascii=False))
+        assert size <= MAX_JSON_CHARS
+        if item in (huge, output):
+            assert turn.metadata["truncated"] is True
+            assert turn.metadata["original_length"] == len(json.dumps(item, ensure_ascii=False))
+            assert size > MAX_JSON_CHARS - 200  # cut no more than needed
+        else:
+            assert "truncated" not in turn.metadata and "original_length" not in turn.metadata
+    assert said([await session.pop_item()]) == [("user", "y" * 99_000)]
 
 
 @pytest.mark.anyio

@@ -23,9 +23,11 @@ state (``app:`` keys) lives in the ledger of ``"{app}/"``, which no ADK user map
 channel ``session_channel(session_id)``: every event ADK appends is one turn (the
 event's text, or a one-line summary of a tool call, its result or a state change), with
 the whole event as JSON in the turn's metadata so ``get_session`` returns it as it was
-appended. Creating and deleting a session and ``app:`` / ``user:`` state changes are
-agent events of the user's ledger (kinds ``adk.*``); session state is the session's
-initial state plus the state deltas of its events; ``temp:`` keys are never stored.
+appended (an event over ``MAX_JSON_CHARS`` of JSON is kept with its longest strings
+cut, and flagged: see ``session_items``). Creating and deleting a session and ``app:``
+/ ``user:`` state changes are agent events of the user's ledger (kinds ``adk.*``);
+session state is the session's initial state plus the state deltas of its events;
+``temp:`` keys are never stored.
 
 **Memory.** ``search_memory`` searches the user's knowledge items and the turns handed
 to long-term memory (hybrid search, best first). A session is handed over when it goes
@@ -59,6 +61,7 @@ from ..store.base import TurnQuery
 from ..types import Event as LedgerEvent
 from ..types import Hit, Item, Turn
 from . import missing_extra
+from .session_items import item_metadata
 
 try:
     from google.adk.errors import StaleSessionError
@@ -111,6 +114,8 @@ INCARNATION_KEY = "adk_session"
 to (a session deleted and created again under the same id starts empty)."""
 SUMMARY_CHARS = 500
 """Longest JSON of a tool call's arguments or result kept in a turn's text."""
+_WHOLE = frozenset({"actions"})
+"""Fields of an event never cut to fit (``item_metadata``)."""
 
 R = TypeVar("R")
 
@@ -211,8 +216,8 @@ class AdkLedger:
         if config is not None and config.after_timestamp is not None:
             events = [e for e in events if e.timestamp >= config.after_timestamp]
         if config is not None and config.num_recent_events is not None:
-            count = config.num_recent_events
-            events = events[len(events) - count:] if count else []
+            count = config.num_recent_events  # as InMemorySessionService: 0 is none
+            events = events[-count:] if count else []
         return Session(id=sid, app_name=app_name, user_id=user_id,
                        state=self._merged(app_name, user, state), events=events,
                        last_update_time=last)
@@ -259,7 +264,7 @@ class AdkLedger:
         """
         user = ledger_user(session.app_name, session.user_id)
         channel = session_channel(session.id)
-        data = json.loads(event.model_dump_json(exclude_none=True))
+        data = _event_data(event)
         role, text = _turn_text(event, self.memory.limits.max_turn_chars)
         app_delta, user_delta, _ = _split_state(_json_state(event.actions.state_delta or {}))
         with self.memory.store.writing_for(user):
@@ -270,8 +275,8 @@ class AdkLedger:
                 raise StaleSessionError(
                     "The last_update_time provided in the session object is earlier than "
                     "the update time in storage. Please check if it is a stale session.")
-            self.sessions.record(user, channel, role, text, metadata={
-                EVENT_KEY: data, INCARNATION_KEY: live.created.id})
+            self.sessions.record(user, channel, role, text, metadata=_event_metadata(
+                data, {CHANNEL_KEY: channel, INCARNATION_KEY: live.created.id}))
             self._record_shared(session.app_name, user, app_delta, user_delta)
 
     def get_user_state(self, app_name: str, user_id: str) -> dict[str, Any]:
@@ -407,9 +412,8 @@ class AdkLedger:
                     or event.id in stored:
                 continue
             role, text = _turn_text(event, limit)
-            new.append({"role": role, "content": text, "metadata": {
-                CHANNEL_KEY: channel,
-                EVENT_KEY: json.loads(event.model_dump_json(exclude_none=True))}})
+            new.append({"role": role, "content": text, "metadata": _event_metadata(
+                _event_data(event), {CHANNEL_KEY: channel})})
             stored.add(event.id)
         if new:
             self.memory.for_user(user).add_turns(new, session_id=key)
@@ -484,6 +488,26 @@ def _turn_text(event: Event, limit: int) -> tuple[str, str]:
 
 def _event(turn: Turn) -> Event:
     return Event.model_validate_json(json.dumps(turn.metadata[EVENT_KEY]))
+
+
+def _event_data(event: Event) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(event.model_dump_json(exclude_none=True))
+    return data
+
+
+def _event_metadata(data: dict[str, Any], around: Mapping[str, Any]) -> dict[str, Any]:
+    """The metadata of the turn that stores an event: the event whole, or cut to fit
+    and flagged (``item_metadata``), always one ``Event`` reads back. Its ``actions``
+    are never cut: the session state is rebuilt from their state deltas."""
+    return item_metadata(EVENT_KEY, data, around, keep_whole=_WHOLE, valid=_is_event)
+
+
+def _is_event(data: dict[str, Any]) -> bool:
+    try:
+        Event.model_validate_json(json.dumps(data))
+    except ValueError:  # pydantic's ValidationError
+        return False
+    return True
 
 
 def _entry(hit: Hit, hidden: set[str | None]) -> MemoryEntry | None:

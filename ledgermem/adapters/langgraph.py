@@ -29,7 +29,11 @@ under the prefix that pass the ``filter``; without one, the newest first.
 **TTL.** ``supports_ttl``: an item put with ``ttl`` (minutes, or ``TTLConfig``'s
 ``default_ttl``) expires that long after it was last written or read (reads refresh it
 unless ``refresh_ttl=False``); expired items are never returned, and ``sweep_ttl()``
-(or the sweeper thread, ``start_ttl_sweeper``) forgets them.
+(or the sweeper thread, ``start_ttl_sweeper``) forgets them. A ``ttl`` that is not a
+number of minutes above 0 (up to ``MAX_TTL_MINUTES``) is refused (``InvalidInput``).
+
+**Size.** A store returns what was put, so a value is never cut: one whose item
+metadata would be over ``MAX_JSON_CHARS`` of JSON is refused (``InvalidInput``).
 """
 
 from __future__ import annotations
@@ -49,9 +53,10 @@ from ..aio import AsyncMemory
 from ..clock import iso
 from ..errors import InvalidInput, NotFound
 from ..memory import Memory
+from ..types import MAX_CONTENT, ItemQuery
 from ..types import Item as LedgerItem
-from ..types import ItemQuery
 from ..user_memory import UserMemory
+from ..validation import MAX_DAYS, MAX_JSON_CHARS
 from . import missing_extra
 
 try:
@@ -81,7 +86,9 @@ log = logging.getLogger("ledgermem.adapters.langgraph")
 CONTEXT_PREFIX = "langgraph:"
 """Contexts of store items start with this; the rest is the namespace without the user."""
 META = "langgraph"
-"""Item metadata: namespace, key, value, updated_at, ttl, expires_at."""
+"""Item metadata: namespace, key, value, created_at, updated_at, ttl, expires_at."""
+MAX_TTL_MINUTES = MAX_DAYS * 24 * 60
+"""Longest TTL, in minutes: ``MAX_DAYS`` (about 270 years)."""
 
 
 class NamespaceError(InvalidInput, InvalidNamespaceError):
@@ -99,6 +106,9 @@ class LedgermemStore(BaseStore):
         ttl: TTL behaviour (``default_ttl`` and ``sweep_interval_minutes`` in minutes,
             ``refresh_on_read``).
         threads: ``abatch`` calls run in worker threads at once.
+
+    Raises:
+        InvalidInput: a bad ``user_index`` or ``default_ttl`` (see ``put``'s ``ttl``).
     """
 
     supports_ttl: bool = True
@@ -114,6 +124,7 @@ class LedgermemStore(BaseStore):
         self.memory = sync
         self.user_index = user_index
         self.fields = [(field, tokenize_path(field)) for field in index or ()]
+        _ttl((ttl or {}).get("default_ttl"))
         self.ttl_config = ttl
         self._limiter = anyio.CapacityLimiter(threads)
         self._sweeper: threading.Thread | None = None
@@ -199,12 +210,17 @@ class LedgermemStore(BaseStore):
             if found is not None:
                 handle.forget(found.id)
             return
+        ttl = _ttl(op.ttl)
         value = to_jsonable_python(dict(op.value), fallback=str)
-        now = self.memory.clock()
+        moment = self.memory.clock()
+        now = iso(moment)
+        # one moment for both on a first put; an update keeps the first put's
+        created = now if found is None else _created(found)
         meta = {"namespace": list(op.namespace), "key": op.key, "value": value,
-                "updated_at": iso(now), "ttl": op.ttl,
-                "expires_at": _expiry(now, op.ttl)}
+                "created_at": created, "updated_at": now, "ttl": ttl,
+                "expires_at": _expiry(moment, ttl)}
         text = self._text(op.key, value, op.index)
+        _check_size(op.key, meta, text)
         if found is None:
             handle.remember(text, "note", source="tool", context=_context(path),
                             metadata={META: meta}, dedup=False)
@@ -335,8 +351,40 @@ def _meta(item: LedgerItem) -> dict[str, Any]:
     return meta
 
 
+def _ttl(value: Any) -> float | None:
+    """A TTL in minutes: None (never expires) or a number above 0 and at most
+    ``MAX_TTL_MINUTES``. 0 or less is refused: the item would expire as it is written."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not 0 < value <= MAX_TTL_MINUTES:  # NaN fails the comparison too
+        raise InvalidInput(f"ttl must be a number of minutes above 0 and at most "
+                           f"{MAX_TTL_MINUTES:,}, or None for no expiry; not {value!r:.60}")
+    return float(value)
+
+
 def _expiry(now: datetime, ttl: float | None) -> str | None:
     return None if ttl is None else iso(now + timedelta(minutes=float(ttl)))
+
+
+def _created(item: LedgerItem) -> str:
+    """When the key was first put. Items written before ``created_at`` was kept in the
+    metadata had ``updated_at`` stamped a moment before the item itself."""
+    meta = _meta(item)
+    return str(meta.get("created_at") or min(item.created_at, meta["updated_at"]))
+
+
+def _check_size(key: str, meta: Mapping[str, Any], text: str) -> None:
+    """Refuse a value whose item metadata would be over ``MAX_JSON_CHARS`` of JSON, with
+    an error naming the limit: a store returns what was put, so a value is never cut."""
+    flags = {"truncated": True, "original_length": len(text.strip())} \
+        if len(text.strip()) > MAX_CONTENT else {}
+    size = len(json.dumps({META: meta, **flags}, ensure_ascii=False))
+    if size > MAX_JSON_CHARS:
+        raise InvalidInput(
+            f"the value of key {key!r:.60} is too long: stored with its namespace and key "
+            f"it is {size:,} characters of JSON, and a LedgermemStore item holds at most "
+            f"{MAX_JSON_CHARS:,} (ledgermem.validation.MAX_JSON_CHARS)")
 
 
 def _expired(item: LedgerItem, now: str) -> bool:
@@ -416,12 +464,12 @@ def _does_match(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
 def _as_item(item: LedgerItem) -> Item:
     meta = _meta(item)
     return Item(value=meta["value"], key=meta["key"], namespace=tuple(meta["namespace"]),
-                created_at=datetime.fromisoformat(item.created_at),
+                created_at=datetime.fromisoformat(_created(item)),
                 updated_at=datetime.fromisoformat(meta["updated_at"]))
 
 
 def _as_search_item(item: LedgerItem, score: float | None) -> SearchItem:
     meta = _meta(item)
     return SearchItem(namespace=tuple(meta["namespace"]), key=meta["key"],
-                      value=meta["value"], created_at=datetime.fromisoformat(item.created_at),
+                      value=meta["value"], created_at=datetime.fromisoformat(_created(item)),
                       updated_at=datetime.fromisoformat(meta["updated_at"]), score=score)

@@ -10,7 +10,8 @@ One line gives a ``Runner`` a memory that survives restarts::
 
 The session is ``session_key(user, channel)`` of the agent layer (``Sessions``): every
 item the SDK adds is one turn of the user's ledger (its text, or a one-line summary of
-a tool call or result, with the whole item as JSON in the turn's metadata), the model
+a tool call or result, with the whole item as JSON in the turn's metadata; an item over
+``MAX_JSON_CHARS`` of JSON is kept with its longest strings cut, and flagged), the model
 is given the window (the last ``SessionOptions.window_turns`` user turns and everything
 after them, among the turns not consolidated yet), and a session left idle for
 ``idle_consolidate_minutes`` is consolidated into long-term memory (with an LLM) and
@@ -31,7 +32,13 @@ from typing import Any, TypeVar, cast
 import anyio
 import anyio.to_thread
 
-from ..agent.sessions import SessionOptions, SessionResult, Sessions, session_key
+from ..agent.sessions import (
+    CHANNEL_KEY,
+    SessionOptions,
+    SessionResult,
+    Sessions,
+    session_key,
+)
 from ..agent.tools import MemoryTools
 from ..aio import AsyncMemory, AsyncUserMemory
 from ..clock import iso
@@ -41,6 +48,7 @@ from ..memory import Memory
 from ..types import Scope, Turn
 from ..user_memory import UserMemory
 from . import missing_extra
+from .session_items import item_metadata
 
 try:
     from agents.items import TResponseInputItem
@@ -114,21 +122,23 @@ class LedgermemSession:
     # the Session protocol -----------------------------------------------------------
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The window, oldest first: at most ``limit`` (or ``session_settings.limit``)
-        of its latest items."""
+        of its latest items; all of them for None or a negative limit, none for 0, as
+        the SDK's ``SQLiteSession``."""
         wanted = resolve_session_limit(limit, self.session_settings)
         items = await self._run(self._items)
-        if wanted is None:
-            return items
-        return items[len(items) - wanted:] if wanted > 0 else []
+        return _latest(items, wanted)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Store the items as turns of the session, in one transaction, and re-arm its
-        idle timer.
+        idle timer. An item over ``MAX_JSON_CHARS`` of JSON is kept with its longest
+        strings cut, and its turn flagged (see ``item_metadata``).
 
         Raises:
             InvalidInput: an item that is not a JSON object; nothing is stored then.
         """
-        rows = [_turn_of(item, self.memory.limits.max_turn_chars) for item in items]
+        limit, around = self.memory.limits.max_turn_chars, {CHANNEL_KEY: self.channel}
+        rows = [(role, text, item_metadata(ITEM_KEY, data, around))
+                for role, text, data in (_turn_of(item, limit) for item in items)]
         await self._run(lambda: self._add(rows))
 
     async def pop_item(self) -> TResponseInputItem | None:
@@ -166,9 +176,9 @@ class LedgermemSession:
 
     def _add(self, rows: Sequence[tuple[str, str, dict[str, Any]]]) -> None:
         with self.memory.store.transaction():
-            for role, text, item in rows:
+            for role, text, metadata in rows:
                 self.sessions.record(self.user, self.channel, role, text,
-                                     metadata={ITEM_KEY: item})
+                                     metadata=metadata)
 
     def _pop(self) -> TResponseInputItem | None:
         with self.memory.store.writing_for(self.user):
@@ -189,6 +199,15 @@ class LedgermemSession:
         return _item_of(last)
 
 
+def _latest(items: list[TResponseInputItem], limit: int | None
+            ) -> list[TResponseInputItem]:
+    """The last ``limit`` items: all of them for None or a negative limit (SQLite's
+    ``LIMIT -1``, which the SDK's ``SQLiteSession`` keeps), none for 0."""
+    if limit is None or limit < 0:
+        return items
+    return items[-limit:] if limit else []
+
+
 def _has_item(turn: Turn) -> bool:
     return ITEM_KEY in turn.metadata or turn.role in ("user", "assistant", "system")
 
@@ -199,7 +218,7 @@ def _item_of(turn: Turn) -> TResponseInputItem:
     item: Any = turn.metadata.get(ITEM_KEY)
     if item is None:
         item = {"role": turn.role, "content": turn.content}
-    return cast(TResponseInputItem, item)  # as the SDK gave it to add_items
+    return cast(TResponseInputItem, item)  # as given to add_items (or cut to fit)
 
 
 def _summary(value: Any) -> str:
