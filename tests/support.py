@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import numpy as np
+from click.testing import Result
 
 from ledgermem import Event, Memory
 from ledgermem.clock import iso, new_id
@@ -217,3 +218,15 @@ def open_with_embedder(url: str, dimensions: int, start: Any, out: Any) -> None:
     except Exception as exc:  # reported to the parent, which asserts on it
         store.close()
         out.put((dimensions, type(exc).__name__))
+
+
+def assert_one_line(result: Result) -> str:
+    """A CLI failure (click's ``Result``) reported on one stderr line (besides the open
+    database's name), and nothing escaped as an exception."""
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        result.exception)
+    lines: list[str] = result.stderr.strip().splitlines()
+    errors = [line for line in lines if not line.startswith("database: ")]
+    assert len(errors) == 1 and errors[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.output
+    return errors[0]

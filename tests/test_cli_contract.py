@@ -23,6 +23,7 @@ from ledgermem.cli import main
 from ledgermem.cli.stores import _output_file
 from ledgermem.providers.embedders import embedder_from_name
 from ledgermem.store.sql import SORTABLE
+from tests.support import assert_one_line
 
 
 def cli(*args: str, code: int, input: str | None = None,
@@ -30,17 +31,6 @@ def cli(*args: str, code: int, input: str | None = None,
     result = CliRunner().invoke(main, list(args), input=input, env=env)
     assert result.exit_code == code, result.output
     return result
-
-
-def one_line(result: Result) -> str:
-    """The one ``error:`` line on stderr (besides the open database's name): no blank
-    line, no traceback, no exception escaped."""
-    assert result.exception is None or isinstance(result.exception, SystemExit), (
-        result.exception)
-    lines = [line for line in result.stderr.splitlines()
-             if not line.startswith("database: ")]
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    return lines[0]
 
 
 @pytest.fixture
@@ -73,7 +63,7 @@ def test_a_failed_export_leaves_the_target_as_it_was(db: str, tmp_path: Path) ->
     keep.write_text("precious\n")
     keep.chmod(0o600)
     for target in (keep, new):
-        message = one_line(cli("--db", db, "export", "--user", "nobody", "-o", str(target),
+        message = assert_one_line(cli("--db", db, "export", "--user", "nobody", "-o", str(target),
                                code=3))
         assert "no ledger for user 'nobody'" in message
     assert keep.read_text() == "precious\n"
@@ -101,7 +91,7 @@ def test_an_interrupted_write_leaves_the_target_as_it_was(
     ("", "'' names no file to write"),
 ])
 def test_export_to_a_path_it_cannot_write_exits_2(db: str, output: str, says: str) -> None:
-    assert one_line(cli("--db", db, "export", "-o", output, code=2)) == f"error: {says}"
+    assert assert_one_line(cli("--db", db, "export", "-o", output, code=2)) == f"error: {says}"
 
 
 # an empty --db ------------------------------------------------------------------------
@@ -114,7 +104,7 @@ def test_an_empty_database_path_exits_2_and_never_uses_the_default(
         data_dir: Path, args: list[str], env: dict[str, str], says: str) -> None:
     for command in (["remember", "hi"], ["list"], ["doctor"]):
         result = cli(*args, "--embedder", "hash", *command, env=env, code=2)
-        assert says in one_line(result)
+        assert says in assert_one_line(result)
     assert not data_dir.exists()
 
 
@@ -143,7 +133,7 @@ def test_an_empty_database_variable_counts_as_unset(tmp_path: Path) -> None:
 ])
 def test_knowledge_filters_with_conversations_exit_2(db: str, filters: list[str],
                                                      named: str) -> None:
-    message = one_line(cli("--db", db, "recall", "tea", "--conversations", *filters,
+    message = assert_one_line(cli("--db", db, "recall", "tea", "--conversations", *filters,
                            code=2))
     assert message.startswith(f"error: {named} cannot be combined with --conversations")
 
@@ -157,7 +147,7 @@ def test_conversations_without_filters_still_searches(db: str) -> None:
 
 # list --sort --------------------------------------------------------------------------
 def test_sort_lists_the_sortable_fields(db: str) -> None:
-    message = one_line(cli("--db", db, "list", "--sort", "content", code=2))
+    message = assert_one_line(cli("--db", db, "list", "--sort", "content", code=2))
     assert all(repr(field) in message for field in SORTABLE), message
     assert "|".join(sorted(SORTABLE)) in cli("list", "--help", code=0).stdout
     page = json.loads(cli("--db", db, "--json", "list", "--sort", "confidence",
@@ -177,7 +167,7 @@ def test_an_openai_embedder_without_a_model_exits_2_before_any_request(
 
     monkeypatch.setattr(httpx.Client, "send", send)
     for args in (["--embedder", spec, "recall", "tea"], ["reembed", "--embedder", spec]):
-        message = one_line(cli("--db", db, *args, code=2))
+        message = assert_one_line(cli("--db", db, *args, code=2))
         assert message.startswith(f"error: {spec!r} names no model after the colon"), message
         assert "openai:text-embedding-3-small" in message
     with pytest.raises(InvalidInput, match="names no model after the colon"):
@@ -199,7 +189,7 @@ def test_add_turns_names_the_bad_line_and_stores_nothing(db: str, tmp_path: Path
                                                          lines: list[str], says: str) -> None:
     path = tmp_path / "turns.jsonl"
     path.write_text("\n".join(lines) + "\n")
-    message = one_line(cli("--db", db, "--embedder", "hash", "add-turns", str(path),
+    message = assert_one_line(cli("--db", db, "--embedder", "hash", "add-turns", str(path),
                            code=2))
     assert message.startswith(f"error: {path}, {says}"), message
     assert message.endswith("; nothing was stored")

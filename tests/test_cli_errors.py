@@ -17,6 +17,7 @@ from click.testing import CliRunner, Result
 
 from ledgermem import Memory
 from ledgermem.cli import main
+from tests.support import assert_one_line
 
 README = Path(__file__).parent.parent / "README.md"
 
@@ -25,17 +26,6 @@ def cli(*args: str, code: int, input: str | None = None) -> Result:
     result = CliRunner().invoke(main, list(args), input=input)
     assert result.exit_code == code, result.output
     return result
-
-
-def assert_one_line(result: Result) -> str:
-    """The failure was reported on one stderr line, and nothing escaped as an exception."""
-    assert result.exception is None or isinstance(result.exception, SystemExit), (
-        result.exception)
-    lines = result.stderr.strip().splitlines()
-    errors = [line for line in lines if not line.startswith("database: ")]
-    assert len(errors) == 1 and errors[0].startswith("error: "), result.stderr
-    assert "Traceback" not in result.output
-    return errors[0]
 
 
 @pytest.fixture
