@@ -44,7 +44,7 @@ from tests.server_support import ROOT, Served, app_over, free_port, serve_env, s
 from tests.support import FakeClock
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, Page, Route
+    from playwright.sync_api import Browser, Page, Route, ViewportSize
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
@@ -59,6 +59,11 @@ WORDS = ("budget", "meeting", "flight", "allergy", "recipe", "deadline", "invoic
 BULK = 2600
 XSS = "<img src=x onerror=window.__pwned=1>"
 XSS_TOOL = "<script>window.__pwned=2</script> upstream said <b>no</b>"
+LONG_ERROR = ("HTTP 500 from https://db.internal.example/query?statement=" + "x" * 120 + ": "
+              + "the database refused the statement: its connection pool was exhausted, "
+              "retried three times and gave up. " * 5)
+PHONE: ViewportSize = {"width": 390, "height": 844}
+DESKTOP: ViewportSize = {"width": 1440, "height": 900}
 LOG_ROUTE = "/v1/dashboard/maintenance"
 
 
@@ -136,6 +141,13 @@ def _seed_story(mem: Memory, clock: FakeClock, db: Path) -> None:
     alice.log_tool_call("fetch_page", {"url": "x"}, duration_ms=5.0, error=XSS_TOOL)
     for n in range(5):
         alice.log_tool_call("calculator", {"expr": f"{n}+1"}, duration_ms=2.0)
+    alice.log_tool_call("db_query", {"sql": "select 1"}, duration_ms=30.0, error=LONG_ERROR)
+    # one memory each for the edit, revise and double-click tests to change
+    alice.remember("Prefers aisle seats on trains", "preference", context="travel",
+                   confidence=0.7)
+    alice.remember("Climbs with Dana on Thursdays", "fact", context="personal",
+                   entity="person:dana")
+    alice.remember("Keeps the spare key with the neighbour", "note", context="personal")
     clock.advance(days=1)
     with ScriptedLLMServer(Reply(ops(add("Plays the cello in an orchestra")),
                                  usage={"prompt_tokens": 1200, "completion_tokens": 80})) as llm:
@@ -154,6 +166,8 @@ def _seed_story(mem: Memory, clock: FakeClock, db: Path) -> None:
     for days, text in ((1, "Call the dentist about the crown"), (3, "Renew the passport"),
                        (6, "Send Sarah the Apollo budget")):
         alice.remember(text, "reminder", context="personal", due_at=now + timedelta(days=days))
+    alice.remember("Return the library books", "reminder", context="personal",
+                   due_at=now - timedelta(days=2))  # overdue
     alice.maintain()  # decays the archived notes: the maintenance page shows it
     bob = mem.for_user("bob")
     for text in ("Bob plans a herb garden", "Bob's bank PIN hint: first dog", "Bob likes jazz"):
@@ -799,6 +813,240 @@ def test_api_errors_show_the_servers_message(page: Page, site: Site) -> None:
     page.get_by_label("Entity").press("Enter")
     expect(page.get_by_role("alert")).to_contain_text("entity must look like 'type:name'")
     shot(page, "19-api-error")
+
+
+# editing, small screens, second clicks -----------------------------------------------------
+def sideways(page: Page) -> int:
+    """How many pixels the page scrolls sideways (0: it fits the screen)."""
+    overflow: int = page.evaluate(
+        "() => document.documentElement.scrollWidth - window.innerWidth")
+    return overflow
+
+
+def _edit(page: Page, site: Site, words: str, content: str) -> str:
+    """Open the memory ``content`` on Knowledge and its Edit form; returns its id."""
+    sign_in(page, site, site.alice)
+    open_page(page, "Knowledge")
+    _open_by_search(page, words, content)
+    item_id = page.locator("#item-detail code").first.inner_text()
+    page.get_by_role("button", name="Edit", exact=True).click()
+    return item_id
+
+
+def test_a_cleared_confidence_is_left_unchanged(page: Page, site: Site) -> None:
+    from playwright.sync_api import expect
+
+    item_id = _edit(page, site, "aisle seats trains", "Prefers aisle seats on trains")
+    page.get_by_label("Confidence").fill("")
+    page.get_by_role("button", name="Save").click()   # nothing else changed: nothing saved
+    expect(page.locator("#item-detail .item-content")).to_have_text(
+        "Prefers aisle seats on trains")
+    assert site.reader.for_user("alice").get(item_id).confidence == 0.7
+    page.get_by_role("button", name="Edit", exact=True).click()
+    page.get_by_label("Content").fill("Prefers aisle seats on long trains")
+    page.get_by_label("Confidence").fill("")
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("#toast")).to_have_text("Saved.")
+    expect(page.locator("#item-detail .item-content")).to_have_text(
+        "Prefers aisle seats on long trains")
+    item = site.reader.for_user("alice").get(item_id)
+    assert (item.content, item.confidence) == ("Prefers aisle seats on long trains", 0.7)
+    expect(page.locator("#item-detail dl.facts")).to_contain_text("0.70")
+
+
+def test_a_revision_with_the_entity_cleared_has_no_entity(page: Page, site: Site) -> None:
+    from playwright.sync_api import expect
+
+    old_id = _edit(page, site, "Climbs with Dana", "Climbs with Dana on Thursdays")
+    page.get_by_label("Content").fill("Climbs on Thursdays, alone since Dana moved")
+    page.get_by_role("form", name="Edit the memory").get_by_label("Entity").fill("")
+    page.get_by_label("Keep the old version").check()
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("#toast")).to_contain_text("Saved as a new version")
+    expect(page.locator("#item-detail .item-content")).to_have_text(
+        "Climbs on Thursdays, alone since Dana moved")
+    alice = site.reader.for_user("alice")
+    old = alice.get(old_id)
+    assert old.superseded_by is not None and old.entity == "person:dana"  # history kept
+    new = alice.get(old.superseded_by)
+    assert (new.content, new.entity) == ("Climbs on Thursdays, alone since Dana moved", None)
+    expect(page.locator("#item-detail code").first).to_have_text(new.id)
+    expect(page.get_by_role("alert")).to_have_count(0)
+
+
+def test_a_double_click_on_save_revises_once(page: Page, site: Site) -> None:
+    """The revision is held back while Save is clicked twice: one request is sent,
+    Save is disabled until it is answered, and no error follows."""
+    from playwright.sync_api import expect
+
+    held = held_back(page, "**/v1/memories/*/revise", lambda _, held: not held)
+    old_id = _edit(page, site, "spare key neighbour", "Keeps the spare key with the neighbour")
+    page.get_by_label("Content").fill("Keeps the spare key in the garden shed")
+    page.get_by_label("Keep the old version").check()
+    save = page.get_by_role("button", name="Save")
+    save.dblclick()
+    page.wait_for_timeout(300)
+    assert len(held) == 1
+    expect(save).to_be_disabled()
+    held[0].continue_()
+    expect(page.locator("#toast")).to_contain_text("Saved as a new version")
+    expect(page.locator("#item-detail .item-content")).to_have_text(
+        "Keeps the spare key in the garden shed")
+    page.wait_for_timeout(300)   # a second request would have failed by now
+    expect(page.get_by_role("alert")).to_have_count(0)
+    old = site.reader.for_user("alice").get(old_id)
+    assert old.superseded_by is not None
+    assert site.reader.for_user("alice").get(old.superseded_by).superseded_by is None
+
+
+def test_a_double_click_decides_a_proposal_once(page: Page, site: Site) -> None:
+    """Approve, and Approve with changes, clicked twice while the first request is
+    held back: one request each, the queue's buttons disabled meanwhile, no error."""
+    from playwright.sync_api import expect
+
+    alice = site.reader.for_user("alice")
+    plain, edited = (p.id for p in alice.propose([
+        Finding("Takes the 8:10 train on weekdays", context="travel"),
+        Finding("Drinks decaf after noon", category="preference", context="personal"),
+    ], proposer="reflection"))
+    held = held_back(page, "**/v1/proposals/**", lambda route, _: route.request.method == "POST")
+    sign_in(page, site, site.alice)
+    open_page(page, "Review queue")
+
+    def row(pid: str) -> Any:
+        return page.locator(f"#review-results tbody tr[data-id='{pid}']")
+
+    approve = row(plain).get_by_role("button", name="Approve", exact=True)
+    approve.dblclick()
+    page.wait_for_timeout(300)
+    assert len(held) == 1
+    expect(approve).to_be_disabled()
+    expect(row(edited).get_by_role("button", name="Edit…")).to_be_disabled()
+    held.pop().continue_()
+    expect(page.locator("#toast")).to_have_text("Approved.")
+    expect(row(plain)).to_have_count(0)
+
+    row(edited).get_by_role("button", name="Edit…").click()
+    page.get_by_label("Content").fill("Drinks decaf after 2 pm")
+    submit = page.get_by_role("button", name="Approve with changes")
+    submit.dblclick()
+    page.wait_for_timeout(300)
+    assert len(held) == 1
+    expect(submit).to_be_disabled()
+    held.pop().continue_()
+    expect(page.locator("#toast")).to_have_text("Approved with changes.")
+    page.wait_for_timeout(300)   # a second decision would have failed by now
+    expect(page.get_by_role("alert")).to_have_count(0)
+    assert (alice.proposal(plain).status, alice.proposal(edited).status) == (
+        "approved", "edited")
+    shot(page, "23-review-after-double-clicks")
+
+
+def test_overdue_reminders_are_marked_on_the_overview(page: Page, site: Site) -> None:
+    from playwright.sync_api import expect
+
+    sign_in(page, site, site.alice)
+    due = page.locator("#due-soon")
+    expect(due.get_by_role("heading")).to_have_text("Due within 7 days or overdue")
+    expect(due.locator("tr", has_text="Return the library books").locator(
+        ".badge.overdue")).to_have_text("overdue")
+    expect(due.locator("tr", has_text="Renew the passport")).to_be_visible()
+    expect(due.locator(".badge.overdue")).to_have_count(1)
+    shot(page, "24-overview-overdue")
+
+
+def test_on_a_phone_an_opened_memory_is_scrolled_into_view(page: Page, site: Site) -> None:
+    from playwright.sync_api import expect
+
+    page.set_viewport_size(PHONE)
+    sign_in(page, site, site.alice)
+    open_page(page, "Knowledge")
+    wait_summary(page, site.total(), 1)
+    page.locator("#kb-results tbody tr[data-id]").nth(1).get_by_role("button").click()
+    detail = page.locator("#item-detail")
+    expect(detail.locator(".item-content")).to_be_visible()
+    page.wait_for_timeout(200)
+    box = detail.bounding_box()
+    assert box is not None
+    assert 0 <= box["y"] < PHONE["height"] / 2, box   # its top is on screen
+    assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"], box
+    assert sideways(page) == 0
+    shot(page, "m-knowledge-memory")
+    page.get_by_role("button", name="Close the memory panel").click()
+    expect(detail).to_be_hidden()
+    row = page.locator("#kb-results tbody tr[data-id]").nth(1)
+    expect(row.get_by_role("button")).to_be_focused()   # back where the user was
+    expect(row).to_be_in_viewport()
+
+
+def test_on_a_phone_the_filters_fit_in_one_column(page: Page, site: Site) -> None:
+    page.set_viewport_size(PHONE)
+    sign_in(page, site, site.alice)
+    open_page(page, "Knowledge")
+    wait_summary(page, site.total(), 1)
+    boxes = page.locator("form.filters .field").evaluate_all("""fields => fields.map(f => {
+        const box = f.getBoundingClientRect();
+        return [box.left, box.right];
+    })""")
+    form = page.locator("form.filters").bounding_box()
+    assert form is not None and form["x"] + form["width"] <= PHONE["width"]
+    assert len({round(left) for left, _ in boxes}) == 1, boxes   # one column
+    assert all(right <= form["x"] + form["width"] for _, right in boxes), boxes
+    assert sideways(page) == 0
+    shot(page, "m-knowledge")
+
+
+@pytest.mark.parametrize("name", ["Overview", "Knowledge", "Review queue",
+                                  "Entities & contexts", "Sessions", "Activity timeline",
+                                  "Tools & errors", "LLM usage", "Maintenance"])
+def test_on_a_phone_no_page_scrolls_sideways(page: Page, site: Site, name: str) -> None:
+    """Wide tables scroll inside their own box; the page itself fits the screen."""
+    from playwright.sync_api import expect
+
+    page.set_viewport_size(PHONE)
+    sign_in(page, site, site.alice)
+    open_page(page, name)
+    expect(page.locator("#page-title")).to_have_text(name)
+    expect(page.locator("main .panel").first).to_be_visible()
+    if name == "Sessions":
+        page.get_by_role("button", name="alice:web").click()
+        expect(page.locator("#turns li")).to_have_count(4)
+    page.wait_for_timeout(200)   # the page's data has arrived and been drawn
+    assert sideways(page) == 0
+    shot(page, "m-" + re.sub(r"\W+", "-", name.lower()))
+
+
+def test_a_long_tool_error_is_shown_in_a_few_readable_lines(page: Page, site: Site) -> None:
+    """Clamped to a few lines of a readable width (the table scrolls sideways on a
+    phone), with the whole error a click away."""
+    from playwright.sync_api import expect
+
+    sign_in(page, site, site.alice)
+    for viewport in (PHONE, DESKTOP):
+        page.set_viewport_size(viewport)
+        open_page(page, "Overview")
+        open_page(page, "Tools & errors")
+        row = page.locator("tr[data-tool=db_query]")
+        cell = row.locator("td.error-text")
+        expect(cell).to_contain_text(LONG_ERROR[:40])
+        box = cell.bounding_box()
+        assert box is not None and box["width"] >= 200, box
+        height = row.bounding_box()
+        assert height is not None and height["height"] < 150, height
+        assert sideways(page) == 0
+        shot(page, "m-tools" if viewport is PHONE else "25-tools-long-error")
+        cell.get_by_role("button", name="Show all").click()
+        assert cell.evaluate("c => c.querySelector('.clamped').scrollHeight "
+                             "<= c.querySelector('.clamped').clientHeight")
+        expect(cell).to_contain_text(LONG_ERROR.strip())
+        expect(cell.get_by_role("button", name="Show less")).to_have_attribute(
+            "aria-expanded", "true")
+        for heading, text in (("Recent failed calls", "db_query"),
+                              ("Known errors (error memories)", "Tool db_query failed")):
+            other = page.locator("section", has=page.get_by_role("heading", name=heading)
+                                 ).locator("tbody tr", has_text=text)
+            other_box = other.bounding_box()
+            assert other_box is not None and other_box["height"] < 150, (heading, other_box)
 
 
 # the dashboard's own route --------------------------------------------------------------

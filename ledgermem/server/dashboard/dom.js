@@ -139,6 +139,20 @@ export function errorBox(error) {
     h("span", { class: "message" }, error?.message ?? String(error)));
 }
 
+/**
+ * Run `work` with these buttons disabled, so a second click while it is in flight sends
+ * nothing twice; they are enabled again when it ends (those already disabled stay so).
+ */
+export async function disableWhile(buttons, work) {
+  const enabled = [...buttons].filter((button) => !button.disabled);
+  for (const button of enabled) button.disabled = true;
+  try {
+    return await work();
+  } finally {
+    for (const button of enabled) button.disabled = false;
+  }
+}
+
 /** A section with a heading. */
 export function section(title, ...children) {
   return h("section", { class: "panel" }, h("h2", {}, title), children);

@@ -3,7 +3,7 @@
 // ten), and an item's panel: edit, revise, forget, restore, history and lineage.
 
 import { del, get, itemPath, patch, post } from "./api.js";
-import { errorBox, facts, field, fmt, h, replace, select, table } from "./dom.js";
+import { disableWhile, errorBox, facts, field, fmt, h, replace, select, table } from "./dom.js";
 
 const CATEGORIES = ["fact", "preference", "error", "skill", "note", "reminder"];
 const SOURCES = ["user", "tool", "llm_extract", "heuristic", "error_auto", "discovery",
@@ -207,7 +207,10 @@ async function showItem(id, ctx) {
   try {
     [item, history] = await Promise.all([get(itemPath(id)), get(itemPath(id, "/history"))]);
   } catch (error) {
-    if (ticket === showing) replace(detail, h("h2", {}, "Memory"), errorBox(error), closeButton());
+    if (ticket === showing) {
+      replace(detail, h("h2", {}, "Memory"), errorBox(error), closeButton());
+      reveal(detail);
+    }
     return;
   }
   if (ticket !== showing) return;
@@ -230,7 +233,15 @@ async function showItem(id, ctx) {
     h("h3", {}, "Lineage"), lineage,
     h("h3", {}, "History"), historyList(history, item.id));
   detail.querySelector("#detail-title").focus({ preventScroll: true });
+  reveal(detail);
   showLineage(lineage, history, item, ctx);
+}
+
+/** Bring the panel into view where it is drawn below the list (a narrow screen); beside
+ * the list it is already in view, and the page stays where the user left it. */
+function reveal(panel) {
+  const top = panel.getBoundingClientRect().top;
+  if (top < 0 || top > window.innerHeight / 2) panel.scrollIntoView({ block: "start" });
 }
 
 function closeButton() {
@@ -238,6 +249,8 @@ function closeButton() {
     onclick: () => {
       selected = null;
       view.detail.hidden = true;
+      // Back to the memory's row, which a narrow screen has scrolled away from.
+      view.results.querySelector("tr.selected button")?.focus();
       for (const row of view.results.querySelectorAll("tr.selected")) row.classList.remove("selected");
     } }, "✕");
 }
@@ -256,7 +269,7 @@ function actions(item, ctx) {
   };
   const attempt = (work) => async () => {
     try {
-      await work();
+      await disableWhile(box.querySelectorAll("button"), work);
     } catch (error) {
       box.after(errorBox(error));
     }
@@ -297,7 +310,7 @@ function editForm(item, ctx, refresh) {
     context: h("input", { name: "context", value: item.context, required: true }),
     entity: h("input", { name: "entity", value: item.entity ?? "", placeholder: "type:name" }),
     confidence: h("input", { name: "confidence", type: "number", min: 0, max: 1, step: 0.01,
-      value: item.confidence.toFixed(2) }),
+      value: item.confidence.toFixed(2), placeholder: "unchanged" }),
     sensitive: h("input", { name: "sensitive", type: "checkbox", checked: item.sensitive }),
     revise: h("input", { name: "revise", type: "checkbox" }),
   };
@@ -313,6 +326,32 @@ function editForm(item, ctx, refresh) {
     h("div", { class: "actions" }, h("button", { type: "submit", class: "primary" }, "Save"),
       h("button", { type: "button", class: "ghost", onclick: () => showItem(item.id, ctx) },
         "Cancel")));
+  const save = async (changes) => {
+    if (controls.revise.checked) {
+      const { entity, ...fields } = changes;
+      delete fields.confidence; // a new version starts with its own confidence
+      const revised = await post(itemPath(item.id, "/revise"), { content: content.value,
+        ...fields, entity: entity ?? undefined, reason: "revised from the dashboard" });
+      const saved = "Saved as a new version; the old one is kept in its lineage.";
+      // The revise route reads a null entity as "the old one's", so a cleared entity is
+      // taken off the new version by an edit of it.
+      if (entity === null && revised.entity !== null) {
+        try {
+          await patch(itemPath(revised.id), { entity: null });
+        } catch (error) {
+          await refresh(revised.id, `${saved} Its entity was not cleared.`);
+          view.detail.querySelector(".actions")?.after(errorBox(error));
+          return;
+        }
+      }
+      await refresh(revised.id, saved);
+    } else if (Object.keys(changes).length === 0) {
+      await showItem(item.id, ctx);
+    } else {
+      await patch(itemPath(item.id), changes);
+      await refresh(item.id, "Saved.");
+    }
+  };
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     const changes = {};
@@ -323,20 +362,15 @@ function editForm(item, ctx, refresh) {
     const entity = controls.entity.value.trim() || null;
     if (entity !== item.entity) changes.entity = entity;
     if (controls.sensitive.checked !== item.sensitive) changes.sensitive = controls.sensitive.checked;
-    const confidence = Number(controls.confidence.value);
-    if (Math.abs(confidence - item.confidence) > 0.004) changes.confidence = confidence;
+    // An empty field (Number("") is 0) leaves the confidence as it is.
+    const confidence = controls.confidence.valueAsNumber;
+    if (!Number.isNaN(confidence) && Math.abs(confidence - item.confidence) > 0.004) {
+      changes.confidence = confidence;
+    }
     try {
-      if (controls.revise.checked) {
-        delete changes.confidence; // a new version starts with its own confidence
-        const revised = await post(itemPath(item.id, "/revise"), { content: content.value,
-          ...changes, entity: changes.entity ?? undefined, reason: "revised from the dashboard" });
-        await refresh(revised.id, "Saved as a new version; the old one is kept in its lineage.");
-      } else if (Object.keys(changes).length === 0) {
-        await showItem(item.id, ctx);
-      } else {
-        await patch(itemPath(item.id), changes);
-        await refresh(item.id, "Saved.");
-      }
+      // Save is disabled until the answer: a second click would revise the version the
+      // first one has just superseded, and be refused.
+      await disableWhile(form.querySelectorAll("button"), () => save(changes));
     } catch (error) {
       replace(problem, errorBox(error));
     }

@@ -4,7 +4,7 @@
 // shown as it is.
 
 import { get, post } from "./api.js";
-import { errorBox, field, fmt, h, replace, select, table } from "./dom.js";
+import { disableWhile, errorBox, field, fmt, h, replace, select, table } from "./dom.js";
 
 const CATEGORIES = ["fact", "preference", "error", "skill", "note", "reminder"];
 const STATUSES = [["pending", "Pending"], ["decided", "Decided"], ["approved", "Approved"],
@@ -85,14 +85,18 @@ export async function reviewView(body, ctx) {
   h("div", { class: "toolbar" }, field("Show", filter), bulk), problem,
   h("section", { class: "panel" }, summary, results));
 
-  /** Run a decision, then show the queue as it now stands (or the API's error). */
+  /** Run a decision, then show the queue as it now stands (or the API's error). Every
+   * button of the queue is disabled meanwhile: a second click on Approve would ask to
+   * approve what the first has just approved, and be refused. */
   async function decide(work) {
     replace(problem);
     try {
-      const message = await work();
-      if (message === null) return;
-      ctx.toast(message);
-      await draw();
+      await disableWhile(body.querySelectorAll("button"), async () => {
+        const message = await work();
+        if (message === null) return;
+        ctx.toast(message);
+        await draw();
+      });
     } catch (error) {
       replace(problem, errorBox(error));
     }

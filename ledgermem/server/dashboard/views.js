@@ -2,7 +2,10 @@
 // errors, LLM usage, maintenance. Each is `async (body, ctx)` and fills `body`.
 
 import { auth, get, post } from "./api.js";
-import { card, errorBox, facts, field, fmt, h, replace, section, table } from "./dom.js";
+import { card, disableWhile, errorBox, facts, field, fmt, h, replace, section, table } from "./dom.js";
+
+/** A time in a table cell, kept on one line. */
+const when = (iso) => h("time", { datetime: iso }, fmt.date(iso));
 
 // overview --------------------------------------------------------------------------
 export async function overviewView(body, ctx) {
@@ -43,12 +46,21 @@ export async function overviewView(body, ctx) {
         ["Embedding", `${fmt.num(status.embedding.pending)} waiting`],
         ...(llm ? [["LLM calls", `${fmt.num(llm.calls)} ${llm.calls === 1 ? "call" : "calls"} · ${fmt.num(llm.tokens_in)} tokens in · ${fmt.num(llm.tokens_out)} out · ${fmt.num(llm.errors)} errors`]] : []),
         ...Object.entries(status.skipped).map(([step, why]) => [`Skipped: ${step}`, why])]))),
-    section("Due within 7 days", table([
-      { label: "Memory", cell: (item) => h("button", { type: "button", class: "link",
-        onclick: () => ctx.openItem(item.id) }, item.content) },
-      { label: "Due", cell: (item) => fmt.date(item.due_at) },
-      { label: "Category", cell: (item) => item.category },
-    ], upcoming, { empty: "Nothing due." })));
+    dueSoon(upcoming, ctx));
+}
+
+/** What is due within 7 days, and what is overdue (the API lists both, unreminded). */
+function dueSoon(items, ctx) {
+  const now = Date.now();
+  const box = section("Due within 7 days or overdue", table([
+    { label: "Memory", cell: (item) => h("button", { type: "button", class: "link",
+      onclick: () => ctx.openItem(item.id) }, item.content) },
+    { label: "Due", cell: (item) => [fmt.date(item.due_at),
+      Date.parse(item.due_at) < now ? [" ", h("span", { class: "badge overdue" }, "overdue")] : null] },
+    { label: "Category", cell: (item) => item.category },
+  ], items, { empty: "Nothing due." }));
+  box.id = "due-soon";
+  return box;
 }
 
 // entities and contexts -------------------------------------------------------------------
@@ -115,12 +127,27 @@ export async function sessionsView(body) {
         onclick: () => showTurns(turns, row, TURNS_SHOWN) }, row.session_id) },
       { label: "Turns", class: "num", cell: (row) => fmt.num(row.turns) },
       { label: "Not consolidated", class: "num", cell: (row) => fmt.num(row.unconsolidated) },
-      { label: "Last turn", cell: (row) => fmt.date(row.last_ts) },
-      { label: "First turn", cell: (row) => fmt.date(row.first_ts) },
+      { label: "Last turn", cell: (row) => when(row.last_ts) },
+      { label: "First turn", cell: (row) => when(row.first_ts) },
     ], sessions, { empty: "No conversations yet." })), turns));
 }
 
 // tools and errors --------------------------------------------------------------------
+const CLAMPED = 200; // characters: a longer error shows its first lines, the rest on demand
+
+/** A tool's error, in a column wide enough to read; a long one is cut to a few lines. */
+function errorText(text) {
+  if (text.length <= CLAMPED) return h("div", { class: "error-body" }, text);
+  const body = h("div", { class: "error-body clamped", title: text }, text);
+  const toggle = h("button", { type: "button", class: "link", "aria-expanded": "false",
+    onclick: () => {
+      const open = body.classList.toggle("open");
+      toggle.setAttribute("aria-expanded", String(open));
+      toggle.textContent = open ? "Show less" : "Show all";
+    } }, "Show all");
+  return [body, toggle];
+}
+
 export async function toolsView(body, ctx) {
   const [summary, failures, recent] = await Promise.all([get("/v1/tool-calls/summary"),
     get("/v1/tool-calls/errors", { limit: 200 }), get("/v1/errors/recent", { limit: 20 })]);
@@ -138,25 +165,27 @@ export async function toolsView(body, ctx) {
       { label: "Success rate", class: "num", cell: (row) => h("span", {
         class: row.success_rate < 0.9 ? "warn" : null }, fmt.pct(row.success_rate)) },
       { label: "Average duration", class: "num", cell: (row) => fmt.ms(row.avg_duration_ms) },
-      { label: "Last call", cell: (row) => fmt.date(row.last_ts) },
+      { label: "Last call", cell: (row) => when(row.last_ts) },
       { label: "Last error", class: "error-text", cell: (row) => {
         const call = last.get(row.name);
-        return call ? [call.error ?? "failed", h("small", { class: "muted" }, ` (${fmt.date(call.ts)})`)] : "–";
+        return call ? [errorText(call.error ?? "failed"), " ",
+          h("small", { class: "muted" }, `(${fmt.date(call.ts)})`)] : "–";
       } },
     ], summary, { empty: "No tool calls logged.", rowProps: (row) => ({ dataset: { tool: row.name } }) })),
     section("Recent failed calls", table([
-      { label: "When", cell: (call) => fmt.date(call.ts) },
+      { label: "When", cell: (call) => when(call.ts) },
       { label: "Tool", cell: (call) => call.name },
-      { label: "Error", class: "error-text", cell: (call) => call.error ?? "–" },
+      { label: "Error", class: "error-text", cell: (call) => errorText(call.error ?? "–") },
       { label: "Arguments", cell: (call) => h("code", {}, JSON.stringify(call.arguments)) },
       { label: "Duration", class: "num", cell: (call) => fmt.ms(call.duration_ms) },
       { label: "Session", cell: (call) => call.session_id ?? "–" },
     ], recent.tool_calls, { empty: "No failed calls." })),
     section("Known errors (error memories)", table([
-      { label: "Memory", cell: (item) => h("button", { type: "button", class: "link",
-        onclick: () => ctx.openItem(item.id) }, item.content) },
+      { label: "Memory", class: "content", cell: (item) => h("button", { type: "button",
+        class: "link clamped", title: item.content, onclick: () => ctx.openItem(item.id) },
+      item.content) },
       { label: "Entity", cell: (item) => item.entity ?? "–" },
-      { label: "Updated", cell: (item) => fmt.date(item.updated_at) },
+      { label: "Updated", cell: (item) => when(item.updated_at) },
     ], recent.items, { empty: "No error memories." })));
 }
 
@@ -298,17 +327,9 @@ export async function maintenanceView(body, ctx) {
     const { at, result } = JSON.parse(kept);
     replace(lastBox, h("p", {}, `Last run from here: ${fmt.date(at)}`), runResult(result));
   };
-  const run = (label, work) => h("button", { type: "button", onclick: async (event) => {
-    const button = event.currentTarget;
-    button.disabled = true;
-    try {
-      await work();
-    } catch (error) {
-      lastBox.prepend(errorBox(error));
-    } finally {
-      button.disabled = false;
-    }
-  } }, label);
+  const run = (label, work) => h("button", { type: "button", onclick: (event) =>
+    disableWhile([event.currentTarget], work).catch((error) => lastBox.prepend(errorBox(error))),
+  }, label);
   showLast();
   const history = h("div", { id: "maintenance-history" });
   const showHistory = async () => replace(history, await maintenanceHistory(ctx));
