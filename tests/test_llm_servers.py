@@ -185,6 +185,11 @@ ADD = {"op": "ADD", "content": "Is allergic to penicillin"}
     "\ufeff" + json.dumps([ADD]),
     '{"operations": [' + json.dumps(ADD) + '], "operations": []}',
     '{"operations": [], "operations": [' + json.dumps(ADD) + ']}',
+    # a reasoning model's thinking, left in the content, quoting JSON it decided against
+    '<think>I could output {"op": "NOOP"} here, but she said it.</think>\n'
+    + json.dumps({"operations": [ADD]}),
+    "<think>\n{\"operations\": []}\n</think>\n\n```json\n" + json.dumps({"operations": [ADD]})
+    + "\n```",
 ])
 def test_answers_are_read_where_nothing_can_be_misread(answer: str) -> None:
     result = ExtractionResult.model_validate(read_json(answer))
@@ -206,6 +211,7 @@ def test_a_repeated_key_keeps_both_lists_in_order() -> None:
      UnclearAnswer),
     ('{"operations": [{"op": "ADD", "content": "cut sho', ValueError),
     ("I could not find anything worth remembering.", ValueError),
+    ('<think>I will answer {"operations": []', ValueError),   # cut off while thinking
     ("", ValueError),
 ])
 def test_answers_that_could_be_misread_are_refused_loudly(answer: str,

@@ -270,7 +270,8 @@ class UnclearAnswer(ValueError):
 def read_json(content: str) -> Any:
     """The JSON value an answer holds, read leniently where nothing can be misread.
 
-    Accepted: the JSON alone; inside a code fence; with prose before or after it; the
+    Accepted: the JSON alone; inside a code fence; with prose before or after it, or a
+    reasoning block (``<think>…</think>``) before it, whatever JSON that quotes; the
     same object given twice. A key given twice with the same value is read once; a key
     given twice with two lists (``{"operations": [...], "operations": []}``) is read as
     both lists joined, in order: nothing the model wrote is silently lost, and every
@@ -278,7 +279,9 @@ def read_json(content: str) -> Any:
     ``UnclearAnswer``: a key given two different values that are not both lists, two
     different JSON objects in one answer. Raises ``ValueError`` when there is no JSON.
     """
-    text = content.strip().lstrip("\ufeff")
+    # A reasoning model's thinking (``<think>…</think>``, which llama.cpp and vLLM leave
+    # in the content) may quote JSON it then decides against: only the answer counts.
+    text = _THINKING.sub("", content.lstrip("\ufeff")).strip()
     fenced = [block.strip() for block in _FENCE.findall(text)]
     sources = [b for b in fenced if b[:1] in ("{", "[")] or [text]
     found: list[Any] = []
@@ -293,6 +296,10 @@ def read_json(content: str) -> Any:
 
 
 _FENCE = re.compile(r"```[a-zA-Z0-9_-]*[ \t]*\n?(.*?)```", re.DOTALL)
+_THINKING = re.compile(r"^\s*<(think|thinking|reasoning)>.*?(?:</\1>|\Z)",
+                       re.DOTALL | re.IGNORECASE)
+"""A reasoning block at the start of an answer, to its closing tag (or the end, when
+the model was cut off while thinking)."""
 
 
 def _values(text: str) -> list[Any]:
