@@ -99,6 +99,17 @@ def test_what_the_assistant_did_is_not_a_fact_about_the_user() -> None:
     assert check_fact("Wants a weekly review task on Fridays", None, chat).problem is None
 
 
+def test_a_fact_that_names_an_assistant_is_still_the_users() -> None:
+    """Only a statement whose subject is the assistant is its doing."""
+    chat = said(user("I work as a teaching assistant at the local primary school, my wife "
+                     "is a dental assistant, and I'm building a chatbot for work."))
+    for content in ("Works as a teaching assistant at the local primary school",
+                    "Wife is a dental assistant", "Is building a chatbot for work"):
+        assert check_fact(content, None, chat).problem is None, content
+    assert "restates what the assistant" in str(
+        check_fact("The AI assistant suggested a chatbot for work", None, chat).problem)
+
+
 def test_words_nobody_said_are_not_grounded() -> None:
     chat = said(user("I play the cello in an amateur orchestra"),
                 assistant("Lovely! Do you also play the violin?"))
@@ -430,3 +441,23 @@ def test_the_guards_see_turns_as_the_pipeline_stores_them() -> None:
                 ts="2026-11-23T17:31:00+00:00")
     chat = Said([(turn.id, turn.role, turn.content)], INSTRUCTIONS)
     assert check_fact("Is allergic to penicillin", None, chat).turn_ids == ("x1",)
+
+
+def test_a_refused_change_of_a_sensitive_item_quotes_none_of_its_text(
+        tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture) -> None:
+    """Its problem is logged and kept in the ledger: no word of the item, or of what
+    would have replaced it, is in either."""
+    with ScriptedLLMServer() as server, open_memory(tmp_path / "m.db", server,
+                                                    clock) as memory:
+        alice = memory.for_user("alice", session_id="alice:chat")
+        alice.remember("Takes insulin every morning", sensitive=True)
+        server.reply(ops({"op": "UPDATE", "id": "1", "content": "Runs marathons",
+                          "reason": "..."}))
+        with caplog.at_level("WARNING", logger="ledgermem.extraction"):
+            play(alice, memory, (user("I started running marathons with my brother "
+                                      "this spring, it is a lot of fun"),))
+        [done] = [e.payload for e in memory.store.events("alice", kinds=["turns.extracted"])]
+    [problem] = done["problems"]
+    assert "drops" in problem and "<sensitive text>" in problem
+    for shown in (problem, caplog.text):
+        assert "insulin" not in shown and "marathons" not in shown

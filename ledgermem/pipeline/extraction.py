@@ -194,7 +194,7 @@ def _apply(parts: PipelineParts, scope: Scope, op: Operation, shown: Mapping[str
     if op.op == "NOOP":
         return "noop"
     if op.op == "ADD":
-        checked = _passed(check_fact(op.content, op.reason, said, guards))
+        checked = _passed(check_fact(op.content, op.reason, said, guards), op.sensitive)
         assert op.content is not None
         parts.writer.remember(scope, op.content, _category(op.category), source="llm_extract",
                               context=op.context or None, entity=entity_or_none(op.entity),
@@ -209,7 +209,8 @@ def _apply(parts: PipelineParts, scope: Scope, op: Operation, shown: Mapping[str
     if target.id in touched:
         raise _Rejected("a second operation on the same item")
     if op.op == "DELETE":
-        checked = _passed(check_delete(target.content, op.reason, said, guards))
+        checked = _passed(check_delete(target.content, op.reason, said, guards),
+                          target.sensitive)
         touched.add(target.id)
         parts.writer.invalidate(scope, target.id, reason=checked.reason or _DEFAULT_REASON,
                                 source="llm_extract", turn_ids=_provenance(checked, said), at=at)
@@ -217,7 +218,8 @@ def _apply(parts: PipelineParts, scope: Scope, op: Operation, shown: Mapping[str
     if op.content is not None and op.content.strip() == target.content:
         touched.add(target.id)
         return "noop"
-    checked = _passed(check_update(op.content, op.reason, target.content, said, guards))
+    checked = _passed(check_update(op.content, op.reason, target.content, said, guards),
+                      target.sensitive or op.sensitive)
     assert op.content is not None
     touched.add(target.id)
     parts.writer.revise(scope, target.id, op.content,
@@ -241,10 +243,18 @@ def _provenance(checked: Checked, said: Said) -> list[str]:
     return list(checked.turn_ids) or [turn_id for turn_id, _, _ in said.turns]
 
 
-def _passed(checked: Checked) -> Checked:
+def _passed(checked: Checked, private: bool = False) -> Checked:
+    """``checked`` when it passed; else ``_Rejected`` with its problem, which quotes no
+    text when ``private`` (a sensitive item or fact: the problem is logged and kept in
+    the ledger's ``problems``)."""
     if checked.problem is not None:
-        raise _Rejected(checked.problem)
+        raise _Rejected(_QUOTED.sub("<sensitive text>", checked.problem) if private
+                        else checked.problem)
     return checked
+
+
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+"""A quoted text in a guard's problem (``repr``'s single or double quotes)."""
 
 
 _ALIAS = re.compile(r"^(?:(?:id|item|memory|alias|no|number)\b\s*[:#.]?\s*)?#?\s*\[?\s*"

@@ -75,7 +75,10 @@ fact in the third person, dates, times and small numbers (a model resolves those
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _SUFFIXES = (("ies", "i"), ("ied", "i"), ("ing", ""), ("ed", ""), ("es", ""), ("s", ""),
              ("e", ""), ("y", "i"))
-_ASSISTANT = re.compile(r"\b(?:the\s+)?(?:assistant|chatbot)\b", re.IGNORECASE)
+_ASSISTANT = re.compile(r"^\W*(?:the\s+|an?\s+)?(?:ai\s+)?(?:assistant|chatbot)\b",
+                        re.IGNORECASE)
+"""A statement whose subject is the assistant ("The assistant suggested…"); a fact
+that only names one ("Works as a teaching assistant") is the user's."""
 
 
 @dataclass(frozen=True)
