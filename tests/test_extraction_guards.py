@@ -99,6 +99,23 @@ def test_what_the_assistant_did_is_not_a_fact_about_the_user() -> None:
     assert check_fact("Wants a weekly review task on Fridays", None, chat).problem is None
 
 
+def test_chinese_and_japanese_facts_are_grounded_by_their_characters() -> None:
+    """Written without spaces, a clause is one "word": its pairs of characters count."""
+    chinese = said(user("我住在北京，在一家银行工作。"))
+    assert check_fact("住在北京", None, chinese).problem is None
+    assert check_fact("在银行工作", None, chinese).problem is None
+    assert "not grounded" in str(check_fact("喜欢上海的咖啡", None, chinese).problem)
+    japanese = said(user("私は東京に住んでいます"))
+    assert check_fact("東京に住んでいます", None, japanese).problem is None
+    assert "not grounded" in str(check_fact("大阪で働いています", None, japanese).problem)
+
+
+def test_numbers_written_as_words_count_as_numbers() -> None:
+    chat = said(user("My daughter is 45 and my son is 12"))
+    assert check_fact("Daughter turned forty-five", None, chat).problem is None
+    assert check_fact("Son is twelve", None, chat).problem is None
+
+
 def test_a_fact_that_names_an_assistant_is_still_the_users() -> None:
     """Only a statement whose subject is the assistant is its doing."""
     chat = said(user("I work as a teaching assistant at the local primary school, my wife "

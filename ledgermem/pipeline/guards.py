@@ -67,10 +67,13 @@ year years day days last next ago since soon later recently time times am pm utc
 monday tuesday wednesday thursday friday saturday sunday
 january february march april may june july august september october november december
 jan feb mar apr jun jul aug sep sept oct nov dec
-two three four five six seven eight nine ten first second third
+two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen
+sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety
+hundred thousand million first second third
 """.split())
 """Words that carry no evidence either way: function words, the verbs that frame a
-fact in the third person, dates, times and small numbers (a model resolves those)."""
+fact in the third person, dates, times and numbers written as words (a model resolves
+those: "thirty-four" for "34")."""
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _SUFFIXES = (("ies", "i"), ("ied", "i"), ("ing", ""), ("ed", ""), ("es", ""), ("s", ""),
@@ -127,7 +130,23 @@ class Checked:
 
 # words -------------------------------------------------------------------------------
 def _tokens(text: str) -> list[str]:
-    return [w.lower() for w in _WORD.findall(text)]
+    """Lower-case words; a run of Chinese or Japanese characters (written without
+    spaces, so one "word" may be a whole clause) as its overlapping pairs of characters,
+    so that "住在北京" is found in "我住在北京，在一家银行工作"."""
+    out: list[str] = []
+    for word in _WORD.findall(text):
+        for part in _CJK.split(word.lower()):
+            if not part:
+                continue
+            if _CJK.fullmatch(part) and len(part) > 2:
+                out.extend(part[n:n + 2] for n in range(len(part) - 1))
+            else:
+                out.append(part)
+    return out
+
+
+_CJK = re.compile(r"([\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+)")
+"""A run of kana or CJK ideographs (captured, so ``split`` keeps it)."""
 
 
 @lru_cache(maxsize=512)
@@ -158,7 +177,7 @@ def content_words(text: str) -> list[str]:
 
 def _match(stem: str, stems: frozenset[str]) -> bool:
     """Whether ``stem`` is one of ``stems``, or shares a long prefix with one (so
-    ``allergic`` meets ``allergy`` and ``penicillin`` meets ``penicilina``)."""
+    ``allergic`` meets ``allergy`` and ``vegetarian`` meets ``vegetariano``)."""
     if stem in stems:
         return True
     if len(stem) < 5:
