@@ -108,6 +108,38 @@ def _copy(source: sqlite3.Connection, target: Path) -> None:
         source.backup(conn)  # pages=-1: one step, one consistent snapshot
 
 
+def _journals(path: Path) -> list[Path]:
+    """The files SQLite keeps beside a database: its rollback journal, write-ahead log
+    and shared memory."""
+    return [path.with_name(path.name + suffix) for suffix in ("-journal", "-wal", "-shm")]
+
+
+def _fold_journal(dst: Path) -> None:
+    """Before a backup replaces ``dst``: fold the journal files beside it (a write-ahead
+    log, a rollback journal left by a crash) into it. Left beside the new file, they
+    would be replayed onto it the next time it opens, as if they were its own, and
+    corrupt it.
+
+    Raises:
+        InvalidInput: another process has ``dst`` open (its log stays), or ``dst``
+            cannot be opened to fold it.
+    """
+    journals = _journals(dst)
+    if not any(path.exists() for path in journals):
+        return
+    try:
+        with closing(_connect(dst)) as conn:   # a read rolls back a journal left hot
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchall()
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    except sqlite3.Error as exc:
+        raise InvalidInput(f"{dst} has journal files beside it that cannot be folded into "
+                           f"it ({exc}): remove {', '.join(p.name for p in journals)}, or "
+                           "choose another file") from exc
+    if any(path.exists() for path in journals):   # the last connection to close removes
+        raise InvalidInput(f"{dst} is open in another process: close it first, or choose "
+                           "another file")
+
+
 def backup(source: str | Path, destination: str | Path, *, force: bool = False
            ) -> dict[str, Any]:
     """Copy the SQLite store at ``source`` to a new file at ``destination``, consistent
@@ -145,11 +177,13 @@ def backup(source: str | Path, destination: str | Path, *, force: bool = False
         with closing(_connect(part)) as conn:
             found = _check_copy(conn, f"the copy of {src}")
         _sync(part)
+        _fold_journal(dst)
         os.replace(part, dst)
     except sqlite3.Error as exc:
         raise StorageError(f"backup of {src} failed: {exc}") from exc
     finally:
-        part.unlink(missing_ok=True)
+        for leftover in (part, *_journals(part)):
+            leftover.unlink(missing_ok=True)
     return {"source": str(src), "destination": str(dst), "bytes": dst.stat().st_size,
             **found}
 

@@ -60,6 +60,17 @@ def test_requests_are_counted_by_route_template_and_status(api: Api) -> None:
     assert sample(text, "ledgermem_http_requests_in_progress") == 1  # the scrape itself
 
 
+def test_made_up_methods_are_counted_as_one(api: Api) -> None:
+    """Each label value is a series kept for the life of the process: a client naming
+    a new method per request must not grow the server without bound."""
+    for n in range(20):
+        api.call(f"M{n}X", "/healthz", None)
+    text = scrape(api)
+    assert sample(text, "ledgermem_http_requests_total", method="other", route="/healthz",
+                  status="405") == 20
+    assert "M3X" not in text
+
+
 def test_searches_are_timed_by_target(api: Api) -> None:
     api.ok("POST", "/v1/memories/search", api.alice, json={"query": "tea"})
     api.ok("POST", "/v1/memories/search", api.alice, json={"query": "coffee"})

@@ -42,6 +42,9 @@ QUEUE_CAP = 1000
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
                     10.0, 30.0)
 T = TypeVar("T", bound=BaseModel)
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+"""The methods a request is counted under by name; any other is counted as ``other``
+(each distinct label is a series kept for the life of the process)."""
 
 
 class ServerMetrics:
@@ -173,6 +176,8 @@ class MetricsMiddleware:
             route = scope.get("route")
             template = str(getattr(route, "path", "unmatched"))
             method = str(scope.get("method", ""))
+            if method not in HTTP_METHODS:   # made-up methods would each add series
+                method = "other"
             self.metrics.requests.labels(method, template, str(status)).inc()
             self.metrics.latency.labels(method, template).observe(
                 time.perf_counter() - started)

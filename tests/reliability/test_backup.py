@@ -3,6 +3,7 @@ whole; refusals that keep what is there; PostgreSQL pointed to pg_dump."""
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from pathlib import Path
 
@@ -163,3 +164,27 @@ def test_a_backup_from_a_newer_ledgermem_is_refused(tmp_path: Path) -> None:
         "knowledge": [], "conversations": []}, "model": (None, None)}
     with pytest.raises(InvalidInput):
         restore(tmp_path / "missing.db", target)
+
+
+def test_a_forced_backup_over_a_file_with_its_log_beside_it_is_sound(tmp_path: Path) -> None:
+    """The old file's write-ahead log is folded into it first: left beside the new
+    file, it was replayed onto it and corrupted the backup that was just checked."""
+    db, copy, wal = tmp_path / "m.db", tmp_path / "b.db", tmp_path / "b.db-wal"
+    with Memory.open(db, embedder=None) as memory:
+        memory.for_user("local").remember_many([f"fact {n} about kites" for n in range(50)])
+    backup(db, copy)
+    holder = sqlite3.connect(copy, isolation_level=None)   # another process's connection
+    holder.execute("PRAGMA journal_mode = wal")
+    holder.execute("PRAGMA wal_autocheckpoint = 0")
+    holder.execute("INSERT INTO meta (key, value) VALUES ('left', 'behind')")
+    assert wal.stat().st_size > 0
+    with pytest.raises(InvalidInput, match="open in another process"):
+        backup(db, copy, force=True)
+    left = wal.read_bytes()
+    holder.close()
+    wal.write_bytes(left)           # as a process that crashed leaves its log
+    assert backup(db, copy, force=True)["events"] == 50
+    assert not any((tmp_path / f"b.db{suffix}").exists() for suffix in ("-wal", "-shm"))
+    assert integrity_problems(copy) == []
+    assert views_digest_of(copy) == views_digest_of(db)
+    assert not list(tmp_path.glob(".*.part*"))
