@@ -21,8 +21,15 @@ Idle consolidation is off when ``enabled`` (long-term memory at all) or
 
 ``/reset`` (``Sessions.reset``) consolidates, then clears. The person asked for a clean
 slate, so the window is cleared even when nothing could be distilled (no LLM, memory
-off, or a failed call): the turns are then marked with ``distilled: False`` and stay on
-disk, searchable with ``search_past_conversations``; the result says what happened.
+off, a failed call, or turns consolidation leaves to extraction): the turns are then
+marked with ``distilled: False`` and stay on disk, searchable with
+``search_past_conversations``; the result says what happened.
+
+The lock this layer takes per session holds only inside this process. Another process,
+or ``maintain()`` beside it, may consolidate the same session at the same time: both
+ask the model, and the store applies one answer (``consolidate_session`` reads the
+turns again in the transaction that writes, and drops an answer for turns
+consolidated meanwhile; the run that lost reports ``empty``).
 
 ``UserDirectory`` reads a users file (YAML) that maps ``(channel, sender)`` to one
 canonical user id, so the same person shares one long-term memory on every channel
@@ -404,17 +411,27 @@ class Sessions:
                 assert self.memory.llm is not None
                 counts = consolidate_session(self.memory.parts, Scope(user), key,
                                              self.memory.llm, instructions=self._instructions)
-                if counts["consolidated"]:
-                    return SessionResult(key, "consolidated", counts["turns"],
-                                         counts["extracted_items"])
                 if not counts["failed"]:
-                    return SessionResult(key, "empty")
+                    return self._settled(user, key, counts, clear_anyway)
                 why = "the consolidation call failed"
                 if not clear_anyway:
                     return SessionResult(key, "failed", why=why)
             elif not clear_anyway:
                 return SessionResult(key, "skipped", why=why)
             return SessionResult(key, "cleared", self._clear(user, key, why), why=why)
+
+    def _settled(self, user: str, key: str, counts: dict[str, int],
+                 clear_anyway: bool) -> SessionResult:
+        """The result of a consolidation that did not fail. Turns it leaves to
+        extraction (queued with ``infer=True``) stay open; ``/reset`` clears them too,
+        and extraction still learns them."""
+        why = "its turns wait for extraction"
+        left = self._clear(user, key, why) if clear_anyway else 0
+        if counts["consolidated"]:
+            return SessionResult(key, "consolidated", counts["turns"] + left,
+                                 counts["extracted_items"])
+        return SessionResult(key, "cleared", left, why=why) if left \
+            else SessionResult(key, "empty")
 
     def _cannot_distil(self) -> str | None:
         """Why this session cannot be distilled now, reported once; None when it can."""
@@ -426,15 +443,19 @@ class Sessions:
         return None
 
     def _clear(self, user: str, key: str, why: str) -> int:
-        """Mark the session's open turns without distilling them (``/reset``)."""
+        """Mark the session's open turns without distilling them (``/reset``). Read and
+        marked in one transaction for the user, so a consolidation running beside this
+        one (``maintain()``, another process) never marks a turn twice."""
         store = self.memory.store
-        ids = [t.id for t in store.query_turns(user, TurnQuery(session_id=key))
-               if t.consolidated_at is None]
+        with store.writing_for(user):
+            ids = [t.id for t in store.query_turns(user, TurnQuery(session_id=key))
+                   if t.consolidated_at is None]
+            if ids:
+                store.append([new_event(Scope(user, None, key), iso(self.memory.clock()),
+                                        Kind.TURN_CONSOLIDATED,
+                                        {"ids": ids, "items": 0, "skipped": 0,
+                                         "distilled": False, "reason": f"reset: {why}"})])
         if ids:
-            store.append([new_event(Scope(user, None, key), iso(self.memory.clock()),
-                                    Kind.TURN_CONSOLIDATED,
-                                    {"ids": ids, "items": 0, "skipped": 0,
-                                     "distilled": False, "reason": f"reset: {why}"})])
             log.info("session %s cleared without consolidating (%s)", key, why)
         return len(ids)
 

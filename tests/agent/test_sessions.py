@@ -4,14 +4,16 @@ person across channels (on SQLite and PostgreSQL, with an injected clock and tim
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from ledgermem import Memory
+from ledgermem import ExtractionOptions, Memory
 from ledgermem.agent.sessions import (
     SessionOptions,
     SessionResult,
@@ -319,6 +321,75 @@ def test_auto_ingest_off_means_no_timer_but_reset_still_consolidates(
     assert len(sessions.window("alice", "telegram")) == 2
     server.reply(VEGETARIAN)
     assert sessions.reset("alice", "telegram").status == "consolidated"
+
+
+# beside maintain() and extraction ------------------------------------------------------
+def test_the_sweep_and_maintain_at_once_apply_one_answer(
+        db_url: str, clock: FakeClock, server: ScriptedLLMServer, timers: FakeTimers) -> None:
+    """Each run asks the model (both replies are held until both have asked), worded
+    differently; the store applies one answer and drops the other."""
+    both = threading.Barrier(2, timeout=5)
+    wordings = iter(["Dog Rex is a beagle", "Rex loves the beach at Matosinhos"])
+    taken = threading.Lock()
+
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
+        both.wait()
+        with taken:
+            return {"items": [{"content": next(wordings)}]}
+
+    llm = make_llm(server, timeout=10)
+    with Memory.open(db_url, clock=clock, embedder=None, llm=llm) as memory:
+        sessions = Sessions(memory, timer_factory=timers)
+        chat(sessions, clock, "alice", "telegram", "My dog Rex is a beagle",
+             "He loves the beach at Matosinhos", "ok bye")
+        clock.advance(days=15)  # idle for the sweep, and old enough for maintain()
+        server.default = answer
+        results: dict[str, Any] = {}
+        runs = [threading.Thread(target=lambda: results.update(sweep=sessions.start())),
+                threading.Thread(target=lambda: results.update(
+                    maintain=memory.for_user("alice").maintain()["consolidate"]))]
+        for run in runs:
+            run.start()
+        for run in runs:
+            run.join(timeout=30)
+        assert len(server.chat_requests) == 2
+        marks = memory.store.events("alice", kinds=["turn.consolidated"])
+        turns = [t.id for t in sessions.history("alice", "telegram")]
+        assert sorted(i for mark in marks for i in mark.payload["ids"]) == sorted(turns)
+        items = memory.for_user("alice").all_knowledge()["items"]
+        assert len(items) == 1 and items[0].source == "consolidation"
+        [swept] = results["sweep"]
+        assert {swept.status, results["maintain"]["consolidated"]} in (
+            {"consolidated", 0}, {"empty", 1})
+        assert memory.verify()["problems"] == []
+    llm.close()
+
+
+def test_reset_distils_what_extraction_does_not_own_and_clears_the_rest(
+        db_url: str, clock: FakeClock, server: ScriptedLLMServer, timers: FakeTimers) -> None:
+    llm = make_llm(server)
+    with Memory.open(db_url, clock=clock, embedder=None, llm=llm,
+                     extraction=ExtractionOptions(background=False)) as memory:
+        sessions = Sessions(memory, timer_factory=timers)
+        chat(sessions, clock, "alice", "telegram", "I'm vegetarian")
+        queued = memory.for_user("alice").add_turns(
+            [{"role": "user", "content": "My sister Ana is a nurse in Braga " * 3}],
+            session_id="alice:telegram", infer=True)  # pending: extraction's
+        server.reply(VEGETARIAN)
+        result = sessions.reset("alice", "telegram")
+        assert result == SessionResult("alice:telegram", "consolidated", turns=3, items=1)
+        [request] = server.chat_requests
+        assert "vegetarian" in request.text and "Ana" not in request.text
+        assert sessions.window("alice", "telegram") == []
+        # extraction still learns the turn the reset cleared
+        server.reply({"operations": [{"op": "ADD", "content": "Sister Ana is a nurse",
+                                      "reason": "said"}]})
+        memory.flush()
+        alice = memory.for_user("alice")
+        assert alice.status()["extraction"]["done"] == len(queued)
+        assert sorted(i.content for i in alice.all_knowledge()["items"]) == [
+            "Is vegetarian", "Sister Ana is a nurse"]
+    llm.close()
 
 
 # one person across channels ------------------------------------------------------------
