@@ -120,7 +120,7 @@ def test_memory_takes_an_embedder_by_name_as_open_does(tmp_path: Path) -> None:
         with pytest.raises(ConfigError, match="embedder must be an Embedder"):
             Memory(other, embedder=wrong)
         other.close()
-    with pytest.raises(InvalidInput, match="unknown embedder .no-such-model"):
+    with pytest.raises(InvalidInput, match=r"unknown embedder .no-such-model"):
         Memory(SQLiteStore(tmp_path / "third.db"), embedder="no-such-model")
 
 
