@@ -17,11 +17,12 @@ from tests.support import snapshot
 PACKAGE = Path(ledgermem.__file__).parent
 BOUNDARY = {("store/sqlite.py", "_translated"), ("store/sqlite.py", "_retry"),
             ("backup.py", "_events_in"), ("backup.py", "backup"), ("backup.py", "_check_copy"),
-            ("backup.py", "restore")}
+            ("backup.py", "restore"), ("backup.py", "_fold_journal")}
 """Where ``sqlite3`` exceptions may be caught: the translation, and the lock retry
 (which re-raises the driver's error for the translation once it gives up); and the
 backup, which copies database files that are not open as stores (a backup being
-checked, a file to restore) and says what is wrong with each in its own terms."""
+checked, a file to restore, the file a forced backup replaces) and says what is wrong
+with each in its own terms."""
 
 
 def _handlers() -> set[tuple[str, str]]:
