@@ -16,25 +16,18 @@ from typing import Any
 
 import httpx
 import pytest
-from click.testing import CliRunner, Result
 
 from ledgermem import InvalidInput, Memory
-from ledgermem.cli import main
 from ledgermem.cli.stores import _output_file
 from ledgermem.providers.embedders import embedder_from_name
 from ledgermem.store.sql import SORTABLE
 from tests.support import assert_one_line
-
-
-def cli(*args: str, code: int, input: str | None = None,
-        env: dict[str, str] | None = None) -> Result:
-    result = CliRunner().invoke(main, list(args), input=input, env=env)
-    assert result.exit_code == code, result.output
-    return result
+from tests.test_cli_errors import cli
 
 
 @pytest.fixture
 def db(tmp_path: Path) -> str:
+    """A store holding one item of the user ``local``."""
     path = str(tmp_path / "m.db")
     with Memory.open(path, embedder=None) as memory:
         memory.for_user("local").remember("Ann prefers green tea")

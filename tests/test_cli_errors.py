@@ -22,8 +22,10 @@ from tests.support import assert_one_line
 README = Path(__file__).parent.parent / "README.md"
 
 
-def cli(*args: str, code: int, input: str | None = None) -> Result:
-    result = CliRunner().invoke(main, list(args), input=input)
+def cli(*args: str, code: int, input: str | None = None,
+        env: dict[str, str] | None = None) -> Result:
+    """``ledgermem ARGS`` in process, which must exit with ``code``."""
+    result = CliRunner().invoke(main, list(args), input=input, env=env)
     assert result.exit_code == code, result.output
     return result
 
