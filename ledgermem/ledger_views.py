@@ -18,7 +18,6 @@ conversations behind the API's back; ``agent.reflected`` is an agent event.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Collection, Sequence, Sized
 from dataclasses import replace
@@ -38,6 +37,7 @@ from .validation import (
     check_optional_limit,
     check_optional_name,
     check_query,
+    json_chars,
     json_object,
 )
 from .views.reflection import PURPOSE
@@ -170,7 +170,7 @@ class UserLedger(UserHandle):
         """
         check_kind(kind)
         body = json_object(payload, "payload", max_chars=None)  # Limits.max_turn_chars
-        size = len(json.dumps(body, ensure_ascii=False))
+        size = json_chars(body)
         limit = self._memory.limits.max_turn_chars
         if size > limit:
             raise InvalidInput(f"the payload is {size:,} characters of JSON; the limit is "

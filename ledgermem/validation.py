@@ -51,6 +51,7 @@ __all__ = [
     "clean_content",
     "clean_context",
     "clean_entity",
+    "json_chars",
     "json_object",
     "merge_metadata",
 ]
@@ -270,13 +271,20 @@ def json_object(value: Any, what: str, max_chars: int | None = MAX_JSON_CHARS
     result = dict(value)
     check_json(result, what)
     try:
-        size = len(json.dumps(result, allow_nan=False, ensure_ascii=False))
+        size = json_chars(result)
     except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidInput(f"{what} must be JSON-serialisable: {exc}") from exc
     if max_chars is not None and size > max_chars:
         raise InvalidInput(f"{what} is {size:,} characters as JSON, longer than "
                            f"{max_chars:,}")
     return result
+
+
+def json_chars(value: Any) -> int:
+    """How long ``value`` is as JSON, as the limits on JSON count it (characters, not
+    bytes). Raises ``ValueError`` for NaN or infinity and ``TypeError`` for what JSON
+    cannot hold."""
+    return len(json.dumps(value, allow_nan=False, ensure_ascii=False))
 
 
 def check_json(value: Any, what: str) -> None:

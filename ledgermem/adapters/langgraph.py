@@ -56,7 +56,7 @@ from ..memory import Memory
 from ..types import MAX_CONTENT, ItemQuery
 from ..types import Item as LedgerItem
 from ..user_memory import UserMemory
-from ..validation import MAX_DAYS, MAX_JSON_CHARS
+from ..validation import MAX_DAYS, MAX_JSON_CHARS, json_chars
 from . import missing_extra
 
 try:
@@ -379,7 +379,10 @@ def _check_size(key: str, meta: Mapping[str, Any], text: str) -> None:
     an error naming the limit: a store returns what was put, so a value is never cut."""
     flags = {"truncated": True, "original_length": len(text.strip())} \
         if len(text.strip()) > MAX_CONTENT else {}
-    size = len(json.dumps({META: meta, **flags}, ensure_ascii=False))
+    try:
+        size = json_chars({META: meta, **flags})
+    except (TypeError, ValueError):
+        return   # not JSON (NaN…): the store refuses it, saying why
     if size > MAX_JSON_CHARS:
         raise InvalidInput(
             f"the value of key {key!r:.60} is too long: stored with its namespace and key "

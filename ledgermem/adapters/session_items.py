@@ -14,13 +14,12 @@ back into a model (ADK's ``Event``), so the copy kept is always one the framewor
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import InvalidInput
-from ..validation import MAX_JSON_CHARS, json_object
+from ..validation import MAX_JSON_CHARS, json_chars, json_object
 
 __all__ = ["MIN_CUT_CHARS", "cut_strings", "item_metadata"]
 
@@ -136,6 +135,5 @@ def _longest(value: Any) -> int:
     return 0
 
 
-def _size(value: Any) -> int:
-    """Length as JSON, counted as ``json_object`` counts it."""
-    return len(json.dumps(value, ensure_ascii=False))
+_size = json_chars
+"""Length as JSON, counted as ``json_object`` counts it."""
