@@ -15,6 +15,7 @@ from typing import Any
 from .clock import iso
 from .domain.events import FORGOTTEN, MEMORY_KINDS, Kind, new_event
 from .domain.lineage import lineage
+from .domain.planners import CLEARABLE
 from .domain.projection import replay
 from .errors import InvalidInput, NotFound
 from .handle import TimeMode, UserHandle
@@ -236,11 +237,13 @@ class UserKnowledge(UserHandle):
         item_id: str,
         content: str,
         *,
-        category: str | None = None,
-        context: str | None = None,
-        entity: str | None = None,
-        sensitive: bool | None = None,
-        due_at: str | datetime | None = None,
+        category: str = _UNSET,
+        context: str = _UNSET,
+        entity: str | None = _UNSET,
+        domain: str | None = _UNSET,
+        confidence: float = _UNSET,
+        sensitive: bool = _UNSET,
+        due_at: str | datetime | None = _UNSET,
         source: str = "user",
         reason: str = "revised",
         turn_ids: Sequence[str] | None = None,
@@ -248,15 +251,26 @@ class UserKnowledge(UserHandle):
     ) -> Item:
         """Replace an active item by a new version (a new id) that supersedes it.
 
-        The new version takes the given fields and the old one's for the rest. The old
-        one gets ``superseded_by`` and ``valid_to`` (``at``, default now) and stays in
-        ``history``, ``get(..., as_of=…)`` and ``include_superseded`` searches;
-        ``restore`` brings it back. Unlike ``update``, nothing is overwritten.
+        The new version takes the given fields and the old one's for the rest; pass
+        ``None`` to leave ``entity``, ``domain`` or ``due_at`` empty, as ``update`` does.
+        Its confidence is the one given, else the old one's or its source's starting
+        confidence, whichever is higher. The old version gets ``superseded_by`` and
+        ``valid_to`` (``at``, default now) and stays in ``history``,
+        ``get(..., as_of=…)`` and ``include_superseded`` searches; ``restore`` brings it
+        back. Unlike ``update``, nothing is overwritten.
         """
+        given: dict[str, Any] = {"category": category, "context": context, "entity": entity,
+                                 "domain": domain, "confidence": confidence,
+                                 "sensitive": sensitive, "due_at": due_at}
+        clear = [name for name in CLEARABLE if given[name] is None]
+        fields = {name: value for name, value in given.items()
+                  if value is not _UNSET and name not in clear}
+        for name in ("category", "context", "confidence", "sensitive"):
+            if fields.get(name, _UNSET) is None:
+                raise InvalidInput(f"{name} cannot be empty; leave it out to keep the old one")
         return self._writer.revise(
-            self.scope, item_id, content, category=category, context=context, entity=entity,
-            sensitive=sensitive, due_at=due_at, source=source, reason=reason,
-            turn_ids=turn_ids, at=at)
+            self.scope, item_id, content, **fields, source=source, reason=reason,
+            turn_ids=turn_ids, at=at, clear=clear)
 
     def invalidate(
         self, item_id: str, *, reason: str = "no longer true", source: str | None = None,

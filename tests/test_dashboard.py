@@ -854,12 +854,14 @@ def test_a_cleared_confidence_is_left_unchanged(page: Page, site: Site) -> None:
     expect(page.locator("#item-detail dl.facts")).to_contain_text("0.70")
 
 
-def test_a_revision_with_the_entity_cleared_has_no_entity(page: Page, site: Site) -> None:
+def test_a_revision_with_the_entity_cleared_and_a_confidence_keeps_both(page: Page,
+                                                                        site: Site) -> None:
     from playwright.sync_api import expect
 
     old_id = _edit(page, site, "Climbs with Dana", "Climbs with Dana on Thursdays")
     page.get_by_label("Content").fill("Climbs on Thursdays, alone since Dana moved")
     page.get_by_role("form", name="Edit the memory").get_by_label("Entity").fill("")
+    page.get_by_label("Confidence").fill("0.42")
     page.get_by_label("Keep the old version").check()
     page.get_by_role("button", name="Save").click()
     expect(page.locator("#toast")).to_contain_text("Saved as a new version")
@@ -869,7 +871,11 @@ def test_a_revision_with_the_entity_cleared_has_no_entity(page: Page, site: Site
     old = alice.get(old_id)
     assert old.superseded_by is not None and old.entity == "person:dana"  # history kept
     new = alice.get(old.superseded_by)
-    assert (new.content, new.entity) == ("Climbs on Thursdays, alone since Dana moved", None)
+    assert (new.content, new.entity, new.confidence) \
+        == ("Climbs on Thursdays, alone since Dana moved", None, 0.42)
+    # one event made the new version as it is: no edit of it afterwards
+    assert [e.kind for e in alice.history(new.id) if e.subject_id == new.id] \
+        == ["memory.added"]
     expect(page.locator("#item-detail code").first).to_have_text(new.id)
     expect(page.get_by_role("alert")).to_have_count(0)
 

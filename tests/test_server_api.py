@@ -85,6 +85,22 @@ def test_revise_invalidate_restore_and_history(api: Api, clock: FakeClock) -> No
                api.ok("GET", f"/v1/memories/{item['id']}/history", api.alice))
 
 
+def test_revise_keeps_fields_left_out_and_null_clears(api: Api) -> None:
+    item = remember(api, api.alice, "Climbs with Dana", entity="person:dana", domain="sport",
+                    due_at="2026-12-01")
+    kept = api.ok("POST", f"/v1/memories/{item['id']}/revise", api.alice, 201,
+                  json={"content": "Climbs with Dana on Thursdays", "confidence": 0.4})
+    assert (kept["entity"], kept["domain"], kept["due_at"], kept["confidence"]) \
+        == ("person:dana", "sport", item["due_at"], 0.4)
+    cleared = api.ok("POST", f"/v1/memories/{kept['id']}/revise", api.alice, 201,
+                     json={"content": "Climbs alone", "entity": None, "due_at": None})
+    assert (cleared["entity"], cleared["domain"], cleared["due_at"]) == (None, "sport", None)
+    refused = api.call("POST", f"/v1/memories/{cleared['id']}/revise", api.alice,
+                       json={"content": "Climbs", "category": None})
+    assert refused.status_code == 422 and "category" in refused.text
+    assert api.ok("GET", f"/v1/memories/{cleared['id']}", api.alice)["active"]
+
+
 def test_forget_and_forget_many(api: Api, mem: Memory) -> None:
     item = remember(api, api.alice, "A secret to forget")
     assert api.call("DELETE", f"/v1/memories/{item['id']}", api.alice).status_code == 204

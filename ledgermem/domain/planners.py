@@ -18,7 +18,7 @@ from ..validation import merge_metadata
 from .dedup import says_less
 from .events import ItemAdded, ItemChanged, Kind, new_event
 
-__all__ = ["Revision", "plan_add", "plan_change", "plan_forget", "plan_invalidate",
+__all__ = ["CLEARABLE", "Revision", "plan_add", "plan_change", "plan_forget", "plan_invalidate",
            "plan_merge", "plan_restore", "plan_revise", "why"]
 
 _VERSION_KEYS = ("turn_ids", "supersedes", "truncated", "original_length")
@@ -80,7 +80,7 @@ def plan_forget(scope: Scope, item: Item, *, now: str) -> list[Event]:
 @dataclass(frozen=True)
 class Revision:
     """A validated ``revise`` request: the new text and the fields it changes (None:
-    the old version's)."""
+    the old version's), and the optional fields it clears (``CLEARABLE``)."""
 
     text: str
     metadata: Mapping[str, Any]
@@ -89,10 +89,17 @@ class Revision:
     category: str | None = None
     context: str | None = None
     entity: str | None = None
+    domain: str | None = None
+    confidence: float | None = None
     sensitive: bool | None = None
     due: str | None = None
     at: str | None = None
     turn_ids: Sequence[str] | None = None
+    clear: frozenset[str] = frozenset()
+
+
+CLEARABLE = frozenset({"entity", "domain", "due_at"})
+"""The fields a new version may leave empty where the old one had them."""
 
 
 def plan_revise(scope: Scope, old: Item, revision: Revision, *, new_id: str, now: str
@@ -109,15 +116,22 @@ def plan_revise(scope: Scope, old: Item, revision: Revision, *, new_id: str, now
     metadata.update(revision.metadata, supersedes=old.id)
     if revision.turn_ids:
         metadata["turn_ids"] = list(revision.turn_ids)
+    unknown = revision.clear - CLEARABLE
+    if unknown:
+        raise InvalidInput(f"only {', '.join(sorted(CLEARABLE))} can be cleared, "
+                           f"not {', '.join(sorted(unknown))}")
+    due_changed = revision.due is not None or "due_at" in revision.clear
     new = replace(
         old, id=new_id, content=revision.text, source=revision.source,
         category=old.category if revision.category is None else revision.category,
         context=old.context if revision.context is None else revision.context,
-        entity=old.entity if revision.entity is None else revision.entity,
+        entity=_field(old.entity, revision.entity, "entity" in revision.clear),
+        domain=_field(old.domain, revision.domain, "domain" in revision.clear),
         sensitive=old.sensitive if revision.sensitive is None else revision.sensitive,
-        due_at=old.due_at if revision.due is None else revision.due,
-        reminded_at=old.reminded_at if revision.due is None else None,
-        confidence=max(old.confidence, START_CONFIDENCE[revision.source]), created_at=now,
+        due_at=_field(old.due_at, revision.due, "due_at" in revision.clear),
+        reminded_at=None if due_changed else old.reminded_at,
+        confidence=(max(old.confidence, START_CONFIDENCE[revision.source])
+                    if revision.confidence is None else revision.confidence), created_at=now,
         updated_at=now, valid_from=when, valid_to=None, superseded_by=None,
         last_used_at=None, use_count=0, metadata=metadata, written=None,
     )
@@ -130,6 +144,13 @@ def plan_revise(scope: Scope, old: Item, revision: Revision, *, new_id: str, now
             "changes": {"superseded_by": new.id, "valid_to": when, "updated_at": now},
             "by": new.id, **provenance}, subject_id=old.id),
     ], new
+
+
+def _field(old: str | None, given: str | None, cleared: bool) -> str | None:
+    """A new version's optional field: cleared, the given value, or the old one's."""
+    if cleared:
+        return None
+    return old if given is None else given
 
 
 def plan_invalidate(scope: Scope, item: Item, *, reason: str, source: str | None,

@@ -15,7 +15,7 @@ facade.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal, NamedTuple
@@ -359,11 +359,14 @@ class ItemWriter:
 
     def revise(
         self, scope: Scope, item_id: str, content: str, *, category: str | None = None,
-        context: str | None = None, entity: str | None = None, sensitive: bool | None = None,
+        context: str | None = None, entity: str | None = None, domain: str | None = None,
+        confidence: float | None = None, sensitive: bool | None = None,
         due_at: str | datetime | None = None, source: str = "user", reason: str = "revised",
         turn_ids: Sequence[str] | None = None, at: str | datetime | None = None,
+        clear: Collection[str] = (),
     ) -> Item:
-        """Replace an active item by a new version that supersedes it."""
+        """Replace an active item by a new version that supersedes it. A field given as
+        None is the old version's; ``clear`` names those to leave empty (``CLEARABLE``)."""
         text, meta = clean_content(content, None)
         check_choice("source", source, SOURCES)
         reason = check_optional_text(reason, "reason") or "revised"
@@ -374,8 +377,11 @@ class ItemWriter:
                                                                 CATEGORIES),
             context=None if context is None else clean_context(context),
             entity=None if entity is None else clean_entity(entity),
+            domain=check_optional_name(domain, "domain"),
+            confidence=None if confidence is None else check_confidence(confidence),
             sensitive=None if sensitive is None else check_bool(sensitive, "sensitive"),
-            due=self.when(due_at), at=self.when(at), turn_ids=turn_ids)
+            due=self.when(due_at), at=self.when(at), turn_ids=turn_ids,
+            clear=frozenset(clear))
         with self.store.writing_for(scope.user_id):
             old = self.require(scope.user_id, item_id)
             self.own_turns(scope.user_id, turn_ids)

@@ -206,12 +206,16 @@ class UpdateRequest(_Request):
 
 
 class ReviseRequest(_Request):
-    """A new version replacing an active item (a new id; the old one is kept)."""
+    """A new version replacing an active item (a new id; the old one is kept). Fields
+    left out are the old version's; ``null`` clears ``entity``, ``domain`` or
+    ``due_at``."""
 
     content: str = Field(min_length=1)
     category: Category | None = None
     context: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
     entity: str | None = Field(default=None, max_length=2 * MAX_NAME_CHARS + 1)
+    domain: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
+    confidence: float | None = Field(default=None, ge=0, le=1)
     sensitive: bool | None = None
     due_at: str | None = _when()
     source: Source = "user"

@@ -328,23 +328,10 @@ function editForm(item, ctx, refresh) {
         "Cancel")));
   const save = async (changes) => {
     if (controls.revise.checked) {
-      const { entity, ...fields } = changes;
-      delete fields.confidence; // a new version starts with its own confidence
+      // Fields left out are the old version's; a null entity clears it.
       const revised = await post(itemPath(item.id, "/revise"), { content: content.value,
-        ...fields, entity: entity ?? undefined, reason: "revised from the dashboard" });
-      const saved = "Saved as a new version; the old one is kept in its lineage.";
-      // The revise route reads a null entity as "the old one's", so a cleared entity is
-      // taken off the new version by an edit of it.
-      if (entity === null && revised.entity !== null) {
-        try {
-          await patch(itemPath(revised.id), { entity: null });
-        } catch (error) {
-          await refresh(revised.id, `${saved} Its entity was not cleared.`);
-          view.detail.querySelector(".actions")?.after(errorBox(error));
-          return;
-        }
-      }
-      await refresh(revised.id, saved);
+        ...changes, reason: "revised from the dashboard" });
+      await refresh(revised.id, "Saved as a new version; the old one is kept in its lineage.");
     } else if (Object.keys(changes).length === 0) {
       await showItem(item.id, ctx);
     } else {

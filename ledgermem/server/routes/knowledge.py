@@ -163,8 +163,11 @@ async def forget(item_id: ItemId, memory: Handle) -> Response:
 
 @router.post("/memories/{item_id}/revise", status_code=201, summary="Revise")
 async def revise(item_id: ItemId, body: ReviseRequest, memory: Handle) -> ItemOut:
-    """A new version (a new id) that supersedes the item, which stays in history."""
-    return ItemOut.model_validate(await memory.revise(item_id, **body.model_dump()))
+    """A new version (a new id) that supersedes the item, which stays in history. Fields
+    left out are the old version's; ``null`` clears ``entity``, ``domain`` or
+    ``due_at``."""
+    fields = body.model_dump(include=body.model_fields_set)
+    return ItemOut.model_validate(await memory.revise(item_id, **fields))
 
 
 @router.post("/memories/{item_id}/invalidate", summary="Invalidate")
