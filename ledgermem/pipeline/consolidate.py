@@ -6,7 +6,9 @@ its unconsolidated turns (the first ``max_turns`` of them) into items of source
 ``consolidation``, linked to those turns; the items and the ``turn.consolidated`` mark
 are written in one transaction. Each item must pass the guards extraction's ADDs pass
 (``guards.check_fact``: no placeholder, nothing only the assistant said or did, words a
-user turn of the session said); one that fails is logged and counted as ``skipped``.
+user turn of the session said), and must not bring back what memory holds as no longer
+true (below); one that fails is logged, counted as ``skipped`` and listed in the mark's
+``problems``.
 Turns stay until ``prune``. A session whose call fails is left as it was and tried
 again on the next run.
 
@@ -21,7 +23,14 @@ extraction state:
   learn pending ones, and ``requeue_extraction()`` puts failed ones back; distilling
   them here too would learn them twice. A later run marks them once they are done.
 - ``skipped`` (too few words for extraction to ask) and turns never queued: distilled,
-  since nothing learnt from them yet.
+  since nothing learnt from them yet. The model is shown the user's current items
+  only, so such old turns may restate a fact memory has since superseded or
+  invalidated ("I live in Porto", long before "Lives in Porto" became "Lives in
+  Lisbon"). A distilled fact that restates such a version (``dedup.restates``, the
+  rule that merges restatements on every write) and no current item is skipped when
+  the user turns that ground it are no newer than the moment that version stopped
+  being true: memory learnt since that it no longer holds. Said again after that
+  moment, it is learnt, as the user may mean it again.
 
 Two runs may consolidate one session at once (the sessions layer's idle timer or
 sweep, and ``maintain()``, in one process or several). Each asks the model, but the
@@ -44,13 +53,14 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Literal
 
 from ..clock import iso
+from ..domain.dedup import dedup_terms, restates
 from ..domain.events import FORGOTTEN, Kind, new_event
 from ..errors import InvalidInput
 from ..store.base import TurnQuery
-from ..types import CATEGORIES, Event, ItemQuery, Scope, Turn
+from ..types import CATEGORIES, Event, Item, ItemQuery, Scope, Turn
 from ..validation import check_scope
 from .calls import Answer, ask, llm_events
-from .guards import Said, check_fact
+from .guards import Said, check_fact, unquoted
 from .prompts import Consolidation, Fact, consolidation_messages, entity_or_none, time_or_none
 
 if TYPE_CHECKING:
@@ -230,36 +240,87 @@ def _apply(parts: PipelineParts, scoped: Scope, session_id: str, plan: _Plan,
     if answer is None or not plan.distil:
         return 0, events
     said = Said([(t.id, t.role, t.content) for t in plan.distil], system)
-    added, skipped = _write_facts(parts, scoped, session_id, answer.items, plan.distil, said)
+    added, problems = _write_facts(parts, scoped, session_id, answer.items, plan.distil, said)
+    problems = [f"unreadable item {bad}" for bad in answer.rejected] + problems
     events.append(new_event(scoped, ts, Kind.TURN_CONSOLIDATED,
-                            {"ids": plan.ids, "items": added,
-                             "skipped": len(answer.rejected) + skipped}))
+                            {"ids": plan.ids, "items": added, "skipped": len(problems),
+                             **({"problems": problems} if problems else {})}))
     return added, events
 
 
 def _write_facts(parts: PipelineParts, scoped: Scope, session_id: str, facts: list[Fact],
-                 turns: list[Turn], said: Said) -> tuple[int, int]:
-    """Write each fact that passes the guards, each in its own savepoint; returns how
-    many were added and how many were skipped (logged)."""
-    added = skipped = 0
+                 turns: list[Turn], said: Said) -> tuple[int, list[str]]:
+    """Write each fact that is not refused (``_refusal``), each in its own savepoint;
+    returns how many were added and a line per fact skipped (logged)."""
+    added, problems = 0, []
     for fact in facts:
-        checked = check_fact(fact.content, None, said)
-        if checked.problem is not None:
-            log.warning("consolidation item skipped: %s", checked.problem)
-            skipped += 1
-            continue
-        try:
-            with parts.store.transaction():
-                parts.writer.remember(
-                    scoped, fact.content,
-                    fact.category if fact.category in CATEGORIES else "fact",
-                    source="consolidation", context=fact.context or None,
-                    entity=entity_or_none(fact.entity), sensitive=fact.sensitive,
-                    due_at=time_or_none(fact.due_at, turns[-1].ts), valid_from=turns[-1].ts,
-                    metadata={"turn_ids": [t.id for t in turns]},
-                    reason=f"consolidated from session {session_id}")
-            added += 1
-        except InvalidInput as exc:
-            log.warning("consolidation item skipped: %s", exc)
-            skipped += 1
-    return added, skipped
+        problem = _refusal(parts.store, scoped.user_id, fact, said, turns)
+        if problem is None:
+            try:
+                with parts.store.transaction():
+                    parts.writer.remember(
+                        scoped, fact.content,
+                        fact.category if fact.category in CATEGORIES else "fact",
+                        source="consolidation", context=fact.context or None,
+                        entity=entity_or_none(fact.entity), sensitive=fact.sensitive,
+                        due_at=time_or_none(fact.due_at, turns[-1].ts),
+                        valid_from=turns[-1].ts, metadata={"turn_ids": [t.id for t in turns]},
+                        reason=f"consolidated from session {session_id}")
+                added += 1
+                continue
+            except InvalidInput as exc:
+                problem = unquoted(str(exc)) if fact.sensitive else str(exc)
+        problems.append(problem)
+        log.warning("consolidation item skipped: %s", problem)
+    return added, problems
+
+
+def _refusal(store: Store, user_id: str, fact: Fact, said: Said, turns: Sequence[Turn]
+             ) -> str | None:
+    """Why ``fact`` must not be written, or None: it fails the guards, or it restates a
+    version memory holds as no longer true since the user turns that ground it were
+    said (``_ended_version``). The reason quotes no text of a sensitive fact or item."""
+    checked = check_fact(fact.content, None, said)
+    if checked.problem is not None:
+        return unquoted(checked.problem) if fact.sensitive else checked.problem
+    said_at = {t.id: t.ts for t in turns}
+    ended = _ended_version(store, user_id, fact.content, max(
+        (said_at[turn_id] for turn_id in checked.turn_ids), default=turns[-1].ts))
+    if ended is None:
+        return None
+    problem = (f"{fact.content.strip()[:60]!r} restates {ended.content[:60]!r}, which "
+               f"memory holds as no longer true since {_end(ended)[:16]} (said before then)")
+    return unquoted(problem) if fact.sensitive or ended.sensitive else problem
+
+
+_CANDIDATES = 10
+"""Items, current and ended, that one fact's lookup for the version it restates reads
+(as the writer's dedup lookup reads ten: a restatement shares more than 80% of the
+fact's words, so the keyword ranking puts it at or near the top)."""
+
+
+def _ended_version(store: Store, user_id: str, text: str, said_at: str) -> Item | None:
+    """The version of a fact, superseded or invalidated at ``said_at`` or later, that
+    ``text`` restates (``dedup.restates``), or None. None too when ``text`` restates a
+    current item as well: the writer merges it into that one, and nothing comes back.
+
+    One keyword lookup over every version of the user's items, holding two of the
+    text's longest words (``dedup_terms``: every restatement does), and one read of
+    the items found."""
+    found = store.keyword_search_items(user_id, list(dedup_terms(text)), "two",
+                                       ItemQuery(include_superseded=True), _CANDIDATES)
+    if not found:
+        return None
+    versions = store.query_items(user_id, ItemQuery(
+        ids=tuple(item_id for item_id, _ in found), include_superseded=True))[0]
+    restated = [v for v in versions if restates(text, v.content)]
+    if any(v.active for v in restated):
+        return None
+    ended = [v for v in restated if _end(v) >= said_at]
+    return max(ended, key=_end, default=None)
+
+
+def _end(item: Item) -> str:
+    """When a version stopped being true: its ``valid_to``, or when it was superseded
+    (a version superseded without one)."""
+    return item.valid_to or item.updated_at

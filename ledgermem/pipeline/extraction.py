@@ -39,7 +39,15 @@ from ..store.base import TurnQuery
 from ..types import CATEGORIES, Item, ItemQuery, Scope, Turn
 from ..validation import check_scope
 from .calls import ask, llm_events
-from .guards import Checked, GuardOptions, Said, check_delete, check_fact, check_update
+from .guards import (
+    Checked,
+    GuardOptions,
+    Said,
+    check_delete,
+    check_fact,
+    check_update,
+    unquoted,
+)
 from .prompts import (
     ExtractionResult,
     Operation,
@@ -248,13 +256,8 @@ def _passed(checked: Checked, private: bool = False) -> Checked:
     text when ``private`` (a sensitive item or fact: the problem is logged and kept in
     the ledger's ``problems``)."""
     if checked.problem is not None:
-        raise _Rejected(_QUOTED.sub("<sensitive text>", checked.problem) if private
-                        else checked.problem)
+        raise _Rejected(unquoted(checked.problem) if private else checked.problem)
     return checked
-
-
-_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
-"""A quoted text in a guard's problem (``repr``'s single or double quotes)."""
 
 
 _ALIAS = re.compile(r"^(?:(?:id|item|memory|alias|no|number)\b\s*[:#.]?\s*)?#?\s*\[?\s*"

@@ -12,7 +12,11 @@ one is skipped and logged, never applied:
   assistant) is dropped;
 - **grounding**: the content's words are supported by a user turn of the batch (at
   least ``grounding`` of them; for an UPDATE, of the words the old version lacks), and
-  the ids of the supporting turns are the change's provenance (``turn_ids``);
+  the ids of the supporting turns are the change's provenance (``turn_ids``). The
+  words that only say what a number measures, an age or a span ("years", "old",
+  "aged", "months"), are supported by a user turn that states that number itself
+  (``_measures``): "Is thirty-four years old" by "I am 34" or "I'm 34 years old",
+  never by "I have 34 cats", "I am 40" or "my son is 34 months old";
 - **why**: an UPDATE that drops most of what it replaces must give a reason; a DELETE
   must name an item the user's turns speak of.
 
@@ -29,10 +33,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal
+from typing import Literal, NamedTuple
 
 __all__ = ["Checked", "GuardOptions", "Said", "check_delete", "check_fact", "check_update",
-           "content_words", "informative", "placeholder"]
+           "content_words", "informative", "placeholder", "unquoted"]
 
 PLACEHOLDERS = frozenset({
     "", "n/a", "na", "none", "null", "nil", "unknown", "tbd", "todo", "fact", "facts",
@@ -45,7 +49,7 @@ PLACEHOLDERS = frozenset({
 _TEMPLATE = re.compile(r"^\s*[<{\[(]\s*[\w\s.:|/-]{0,40}[>}\])]\s*$")
 """``<fact>``, ``{content}``, ``[fact]``: a template slot left unfilled."""
 
-_STOP = frozenset("""
+_FUNCTION = frozenset("""
 a about above after again against all also am an and any are aren as at be because been
 before being below between both but by can cannot could couldn d did didn do does doesn
 doing don down during each either else etc even ever every few for from further get gets
@@ -57,16 +61,24 @@ shouldn so some such t than that the their theirs them themselves then there the
 this those through to too under until up upon us ve very was wasn we were weren what when
 where whether which while who whom whose why will with within without won would wouldn y
 yes yet you your yours yourself yourselves
-user users assistant said says say saying told tells tell mention mentioned mentions
-state stated states noted note notes currently still actually already
-lives live living lived works work working has likes like liked prefers prefer preferred
-loves love enjoys enjoy wants want plans plan planning owns own uses use called named
-name is thing things someone something
+""".split())
+"""Function words."""
+
+_DATES = frozenset("""
 today tomorrow yesterday tonight morning evening night afternoon week weeks month months
 year years day days last next ago since soon later recently time times am pm utc
 monday tuesday wednesday thursday friday saturday sunday
 january february march april may june july august september october november december
 jan feb mar apr jun jul aug sep sept oct nov dec
+""".split())
+"""Dates and times written as words."""
+
+_STOP = _FUNCTION | _DATES | frozenset("""
+user users assistant said says say saying told tells tell mention mentioned mentions
+state stated states noted note notes currently still actually already
+lives live living lived works work working has likes like liked prefers prefer preferred
+loves love enjoys enjoy wants want plans plan planning owns own uses use called named
+name is thing things someone something
 two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen
 sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety
 hundred thousand million first second third
@@ -206,6 +218,119 @@ def _support(words: Sequence[str], turns: Sequence[tuple[str, frozenset[str]]]
     return found, tuple(ids)
 
 
+# numbers and what they measure --------------------------------------------------------
+# A model writes an age the user gave as a sentence: "I am 34" becomes "Is thirty-four
+# years old". Numbers carry no evidence either way (``content_words``), but "old"
+# does, and no user turn said it. The rule: a word that only says what a number
+# measures (``_UNITS``: an age, a span of time) is said by a user turn that states
+# that same number as a measure of its own: bare ("I am 34", "I'm 34, and…", "34
+# last month") or with units that agree ("34 years old", "aged 34", "34yo"). A
+# number that counts something ("34 cats", "34 of us") measures nothing, so it
+# grounds no unit; nor does another number, a span that disagrees ("34 months" for
+# "34 years"), or a span with no age word for an age ("lived here 10 years" for
+# "Is 10 years old"). The unit words ride on the number: every other word of the
+# fact needs a turn of its own.
+_SPANS = {"year": ("year", "years", "yr", "yrs", "yo"), "month": ("month", "months"),
+          "week": ("week", "weeks"), "day": ("day", "days")}
+_AGE = frozenset({"old", "aged", "age", "yo"})
+"""Words that make a number an age ("yo": years old)."""
+_UNITS: dict[str, str | None] = {
+    **dict.fromkeys(_AGE), **{word: span for span, words in _SPANS.items() for word in words}}
+"""Words that only say what a number measures, and the span of time each names (None:
+any span)."""
+
+_LOOSE = (_FUNCTION - {"of"}) | (_DATES - set(_UNITS) - {"time", "times"})
+"""Words after which a number still stands alone ("I am 34 and…", "34 last month"):
+function words and dates. "of" introduces what is counted ("34 of us"), and
+"times" counts occurrences."""
+
+_ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen "
+         "fourteen fifteen sixteen seventeen eighteen nineteen").split()
+_TENS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
+_NUMERAL = re.compile(rf"\b(?:({'|'.join(_TENS)})(?:[\s-]+({'|'.join(_ONES[1:10])}))?"
+                      rf"|({'|'.join(_ONES)}))\b")
+"""A number from zero to ninety-nine written as words ("thirty-four", "thirty four")."""
+_MEASURE_TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[^\W\d_]+|[.,;:!?()]")
+"""Numbers, words (letters only: "34yo" is "34" and "yo") and the punctuation that
+ends a clause."""
+
+
+def _numerals(match: re.Match[str]) -> str:
+    tens, ones, alone = match.groups()
+    if alone is not None:
+        return str(_ONES.index(alone))
+    return str(20 + 10 * _TENS.index(tens) + (_ONES.index(ones) if ones else 0))
+
+
+class _Measure(NamedTuple):
+    """What one mention of a number measures: the spans its units name, whether one
+    makes it an age, and the stems of its unit words (none: a bare number)."""
+
+    spans: frozenset[str]
+    age: bool
+    words: frozenset[str]
+
+    def fits(self, fact: _Measure) -> bool:
+        """Whether a user's mention (``self``) states what ``fact``'s mention says."""
+        if not self.words:
+            return True
+        if self.spans and fact.spans and not self.spans & fact.spans:
+            return False
+        return self.age or not fact.age
+
+
+def _measure(units: Sequence[str]) -> _Measure:
+    return _Measure(frozenset(span for u in units if (span := _UNITS[u]) is not None),
+                    any(u in _AGE for u in units), frozenset(_stem(u) for u in units))
+
+
+@lru_cache(maxsize=512)
+def _measures(text: str, *, user: bool = True) -> dict[str, tuple[_Measure, ...]]:
+    """Each number ``text`` states (written as digits or words), with what each mention
+    of it measures. Of a user's turn (``user``), only the mentions that measure
+    something: bare, or with units, and nothing counted after them; of a fact, only
+    those with units (the words to ground)."""
+    lowered = _NUMERAL.sub(_numerals, text.lower().replace("y/o", "yo"))
+    tokens = _MEASURE_TOKEN.findall(lowered)
+    found: dict[str, list[_Measure]] = {}
+    for at, token in enumerate(tokens):
+        if not token[0].isdigit():
+            continue
+        before, end = at, at + 1
+        while before > 0 and tokens[before - 1] in _UNITS:
+            before -= 1
+        while end < len(tokens) and tokens[end] in _UNITS:
+            end += 1
+        units = tokens[before:at] + tokens[at + 1:end]
+        after = tokens[end] if end < len(tokens) else None
+        counted = after is not None and after[0].isalnum() and after not in _LOOSE
+        if (user and not counted) or (not user and units):
+            number = token.lstrip("0") or "0"
+            found.setdefault(number, []).append(_measure(units))
+    return {number: tuple(mentions) for number, mentions in found.items()}
+
+
+def _units_said(content: str, text: str) -> frozenset[str]:
+    """The stems of ``content``'s unit words that the user turn ``text`` says, by
+    stating the number they measure (see above)."""
+    wanted = _measures(content, user=False)
+    if not wanted:
+        return frozenset()
+    stated = _measures(text)
+    return frozenset(word for number, mentions in wanted.items() for fact in mentions
+                     if any(mention.fits(fact) for mention in stated.get(number, ()))
+                     for word in fact.words)
+
+
+def _user_turns(content: str, said: Said) -> list[tuple[str, frozenset[str]]]:
+    """``said.by("user")``, each turn's stems with the unit words of ``content`` it
+    says (``_units_said``)."""
+    if not _measures(content, user=False):
+        return said.by("user")
+    return [(turn_id, _stems(text) | _units_said(content, text))
+            for turn_id, who, text in said.turns if who == "user"]
+
+
 @lru_cache(maxsize=64)
 def _flat(text: str) -> str:
     return " ".join(_tokens(text))
@@ -284,7 +409,7 @@ def _first_checks(content: str | None, reason: str | None, said: Said, options: 
     doing): a refusal, or the content with the user's turns and its words."""
     if content is None or not content.strip():
         return Checked("no content")
-    user = said.by("user")
+    user = _user_turns(content, said)
     problem = _information(content, reason, said, user)
     if problem:
         return Checked(problem)
@@ -343,3 +468,13 @@ def check_delete(old: str, reason: str | None, said: Said,
     if options.grounding > 0 and not found:
         return Checked(f"deletes {old[:60]!r}, which no user turn of the batch speaks of")
     return Checked(None, ids, _reason(reason, None))
+
+
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+"""A quoted text in a guard's problem (``repr``'s single or double quotes)."""
+
+
+def unquoted(problem: str) -> str:
+    """``problem`` with each text it quotes replaced by ``<sensitive text>``: how the
+    refusal of a sensitive fact or item is logged and kept in the ledger."""
+    return _QUOTED.sub("<sensitive text>", problem)
