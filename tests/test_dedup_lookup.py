@@ -15,7 +15,7 @@ from ledgermem import Memory
 from ledgermem.benchmarks.scale import Corpus
 from ledgermem.domain.dedup import dedup_lookup, dedup_terms, dedup_triples
 from ledgermem.retrieval.keyword import query_terms
-from ledgermem.store import sql
+from ledgermem.store import sql_keyword
 from ledgermem.store.base import holding_two
 from ledgermem.store.postgres import PostgresStore
 from ledgermem.store.sql import item_where_sql
@@ -293,8 +293,8 @@ def test_dedup_counts_only_the_words_it_has_not_counted(
 
 def test_a_count_that_stopped_at_the_cut_off_is_counted_again_when_the_cut_off_grows(
         mem: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sql, "COMMON_TERM_MIN_ROWS", 2)
-    monkeypatch.setattr(sql, "COMMON_TERM_SHARE", 0.5)     # half the rows, at least 2
+    monkeypatch.setattr(sql_keyword, "COMMON_TERM_MIN_ROWS", 2)
+    monkeypatch.setattr(sql_keyword, "COMMON_TERM_SHARE", 0.5)     # half the rows, at least 2
     alice = mem.for_user("alice")
     for text in ["walrus otter", "walrus heron", "walrus lynx", "walrus moose"]:
         alice.remember(text, dedup=False)
@@ -385,7 +385,7 @@ def test_items_holding_two_are_mode_two_s_rows_unranked(mem: Memory) -> None:
 
 def test_items_holding_two_leave_a_term_of_too_many_rows_alone(
         mem: Memory, monkeypatch: Any) -> None:
-    monkeypatch.setattr("ledgermem.store.sql.POSTINGS_CAP", 3)
+    monkeypatch.setattr("ledgermem.store.sql_keyword.POSTINGS_CAP", 3)
     alice = mem.for_user("alice")
     alice.remember_many([f"walrus {word} tusk" for word in FILLERS[:4]], dedup=False)
     assert mem.store.items_holding_two("alice", [["walrus", "alpha"], ["alpha", "tusk"],
@@ -398,7 +398,7 @@ def test_a_common_term_is_paired_with_the_rarer_ones_without_its_postings(
     """SQLite finds the rows holding a rarer term and a common one in one FTS5 match,
     without reading the common term's postings; PostgreSQL leaves such a list to the
     ranked lookup. Rows holding two common terms and no rarer one are left out."""
-    monkeypatch.setattr("ledgermem.store.sql.POSTINGS_CAP", 3)
+    monkeypatch.setattr("ledgermem.store.sql_keyword.POSTINGS_CAP", 3)
     alice = mem.for_user("alice")
     alice.remember_many([f"walrus {word} tusk" for word in FILLERS[:4]]
                         + ["bravo charlie narwhal"], dedup=False)
@@ -522,7 +522,7 @@ def test_a_restatement_of_common_words_behind_many_pairs_is_merged(
     holds a triple. (When a short text could restate a long one, the lookup of two of
     its rarest words ranked such short rows above the item and missed it.) PostgreSQL,
     which reads each posting as a row, keeps two-of (``ItemWriter._lookup``)."""
-    monkeypatch.setattr("ledgermem.store.sql.POSTINGS_CAP", 3)
+    monkeypatch.setattr("ledgermem.store.sql_keyword.POSTINGS_CAP", 3)
     monkeypatch.setattr("ledgermem.domain.writer.POSTINGS_CAP", 3)
     words = ["glacier", "walrus", "harbour", "lantern", "orchard", "meadow"]
     tail = ("beside the quiet fjord where the old ferry waits every summer for travellers"

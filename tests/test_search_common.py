@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-import ledgermem.store.sql as sql
+import ledgermem.store.sql_keyword as sql_keyword
 from ledgermem import Memory, UserMemory
 from ledgermem.store.base import TurnQuery
 from ledgermem.types import ItemQuery
@@ -15,8 +15,8 @@ from tests.support import FakeClock
 @pytest.fixture
 def small_cutoff(monkeypatch: pytest.MonkeyPatch) -> None:
     """A keyword in more than 3 rows is common (the defaults need thousands of rows)."""
-    monkeypatch.setattr(sql, "COMMON_TERM_MIN_ROWS", 3)
-    monkeypatch.setattr(sql, "COMMON_TERM_SHARE", 0.0)
+    monkeypatch.setattr(sql_keyword, "COMMON_TERM_MIN_ROWS", 3)
+    monkeypatch.setattr(sql_keyword, "COMMON_TERM_SHARE", 0.0)
 
 
 @pytest.fixture

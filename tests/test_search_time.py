@@ -10,7 +10,7 @@ from itertools import product
 import pytest
 
 from ledgermem import Hit, InvalidInput, Item, Memory, SearchOptions, UserMemory
-from ledgermem.store import sqlite as sqlite_store
+from ledgermem.store import sqlite_keyword
 from ledgermem.store.base import TurnQuery
 from tests.support import START, FakeClock
 
@@ -136,10 +136,10 @@ def test_a_window_finds_every_turn_inside_it_whatever_order_they_were_written(
     windows = [(1, 2), (2, 3), (4, 8), (10, 10), (11, 12), (None, 2), (9, None)]
     # Bounded whenever the store would; then only while the window holds at most two
     # turns; then only when its earliest and latest turn are one.
-    spans = [(1.0, sqlite_store.SPAN_ROWS), (1.0, 2), (0.0, sqlite_store.SPAN_ROWS)]
+    spans = [(1.0, sqlite_keyword.SPAN_ROWS), (1.0, 2), (0.0, sqlite_keyword.SPAN_ROWS)]
     for (span_share, span_rows), (low, high) in product(spans, windows):
-        monkeypatch.setattr(sqlite_store, "SPAN_SHARE", span_share)
-        monkeypatch.setattr(sqlite_store, "SPAN_ROWS", span_rows)
+        monkeypatch.setattr(sqlite_keyword, "SPAN_SHARE", span_share)
+        monkeypatch.setattr(sqlite_keyword, "SPAN_ROWS", span_rows)
         query = TurnQuery(
             time_from=None if low is None else datetime(2026, 5, low, tzinfo=UTC).isoformat(),
             time_to=None if high is None else datetime(2026, 5, high, 23, 59,

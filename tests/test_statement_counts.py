@@ -17,7 +17,7 @@ import pytest
 
 from ledgermem import Memory
 from ledgermem.retrieval.embedding import embed_query
-from ledgermem.store import sqlite as sqlite_store
+from ledgermem.store import sqlite_keyword
 from ledgermem.store.sqlite import SQLiteStore
 from ledgermem.testing import HashEmbedder
 from tests.support import FakeClock, traced
@@ -208,7 +208,7 @@ def test_a_wide_window_is_searched_without_reading_all_its_turns(
     apart is not bounded and not read (a year of 100,000 turns cost 35 ms to read
     twice), nor one holding more than ``SPAN_ROWS`` turns (the read stops there): the
     search inside it filters by time alone. A narrow one reads only its stretch."""
-    monkeypatch.setattr(sqlite_store, "SPAN_ROWS", 5)
+    monkeypatch.setattr(sqlite_keyword, "SPAN_ROWS", 5)
     with Memory.open(tmp_path / "w.db", embedder=None, clock=clock) as memory:
         _kettle_year(memory)
         for query, read, bounded in (

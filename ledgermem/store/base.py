@@ -331,7 +331,7 @@ class TextIndex(Protocol):
         only one is given), by BM25. ``triples``: the rows holding every term of one of
         the terms' consecutive triples (the first three, the next three, …; a last
         group may be shorter), by BM25 over all the terms. ``or``: the rows holding some
-        term: by BM25 over the terms that are not common (``sql.COMMON_TERM_SHARE``),
+        term: by BM25 over the terms that are not common (``sql_keyword.COMMON_TERM_SHARE``),
         then the newest rows holding a common term (score 0).
         """
 

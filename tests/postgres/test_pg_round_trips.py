@@ -16,7 +16,7 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 from ledgermem import Memory, StorageError
-from ledgermem.store import postgres
+from ledgermem.store import pg_connection
 from ledgermem.store.base import TurnQuery
 from ledgermem.store.postgres import PostgresStore
 from ledgermem.testing import HashEmbedder
@@ -276,7 +276,7 @@ def test_a_connection_used_moments_ago_is_handed_out_without_a_ping(
         alice.search("bees", touch=False)
         alice.search_conversations("bees")
     assert pinged == []
-    monkeypatch.setattr(postgres, "IDLE_CHECK_S", 0.0)
+    monkeypatch.setattr(pg_connection, "IDLE_CHECK_S", 0.0)
     alice.search("bees", touch=False)
     assert pinged
 
@@ -296,12 +296,12 @@ def test_a_connection_that_died_while_idle_is_replaced_unseen(
             return pid
 
         dead = kill()
-        monkeypatch.setattr(postgres, "IDLE_CHECK_S", 0.0)   # as if idle for a while
+        monkeypatch.setattr(pg_connection, "IDLE_CHECK_S", 0.0)   # as if idle for a while
         assert alice.get(kept.id).content == kept.content
         assert int(store._read("SELECT pg_backend_pid()")[0][0]) != dead
         # Used again at once, a connection is not pinged: a death in between reaches
         # the caller as a StorageError, and the next call gets a working connection.
-        monkeypatch.setattr(postgres, "IDLE_CHECK_S", 3600.0)
+        monkeypatch.setattr(pg_connection, "IDLE_CHECK_S", 3600.0)
         kill()
         with pytest.raises(StorageError):
             alice.get(kept.id)

@@ -29,7 +29,7 @@ from ledgermem import (
 from ledgermem.retrieval.embedding import reembed
 from ledgermem.retrieval.hybrid import SearchOptions
 from ledgermem.retrieval.keyword import query_terms
-from ledgermem.store import sql as sql_store
+from ledgermem.store import sql_keyword
 from ledgermem.store.base import TurnQuery
 from ledgermem.store.pg_migrations import (
     ITEM_TSVECTOR,
@@ -442,7 +442,7 @@ def test_keyword_and_of_common_words_lists_the_newest_rows_holding_them_all(
         pg_memory: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
     """When every word is common, ``and`` lists the rows holding all of them newest
     first, unranked (the same ``INTERSECT`` finds them)."""
-    monkeypatch.setattr(sql_store, "COMMON_TERM_MIN_ROWS", 5)
+    monkeypatch.setattr(sql_keyword, "COMMON_TERM_MIN_ROWS", 5)
     alice = pg_memory.for_user("alice")
     texts = [f"The kettle number {n}" if n % 3 else f"The kettle on shelf {n}"
              for n in range(30)]
