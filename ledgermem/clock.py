@@ -22,8 +22,8 @@ from dateutil.relativedelta import relativedelta
 
 from .errors import ConfigError, InvalidInput
 
-__all__ = ["DATE_ORDERS", "Clock", "DateOrder", "check_date_order", "iso", "new_id",
-           "parse_when", "system_clock"]
+__all__ = ["DATE_ORDERS", "FIRST_MOMENT", "LAST_MOMENT", "Clock", "DateOrder",
+           "check_date_order", "iso", "later", "new_id", "parse_when", "system_clock"]
 
 Clock = Callable[[], datetime]
 """A zero-argument callable returning an aware ``datetime`` (inject one in tests)."""
@@ -39,6 +39,37 @@ def iso(moment: datetime) -> str:
     if moment.tzinfo is None:
         raise InvalidInput(f"datetime {moment!r} has no timezone")
     return moment.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+FIRST_MOMENT = datetime.min.replace(tzinfo=UTC)
+"""The first moment a datetime can hold: ``later`` stops here before year 1."""
+LAST_MOMENT = datetime.max.replace(tzinfo=UTC)
+"""The last moment a datetime can hold: ``later`` stops here past year 9999. As text
+(``iso``) it sorts after every timestamp a store holds."""
+
+
+def later(moment: datetime, span: timedelta) -> datetime:
+    """``moment + span`` in UTC, held at the calendar's ends: ``LAST_MOMENT`` when it
+    lies past year 9999, ``FIRST_MOMENT`` before year 1. The span is added in
+    ``moment``'s own zone, so whole days keep the time of day.
+
+    Example:
+        >>> later(datetime(9999, 12, 28, tzinfo=UTC), timedelta(days=7)) == LAST_MOMENT
+        True
+
+    Raises:
+        InvalidInput: ``moment`` has no time zone.
+    """
+    if moment.tzinfo is None:
+        raise InvalidInput(f"datetime {moment!r} has no timezone")
+    try:
+        end = moment + span
+    except OverflowError:  # off the calendar in moment's own zone
+        return LAST_MOMENT if span >= timedelta(0) else FIRST_MOMENT
+    try:
+        return end.astimezone(UTC)
+    except OverflowError:  # on the calendar in its zone, hours off it in UTC
+        return LAST_MOMENT if end.year == LAST_MOMENT.year else FIRST_MOMENT
 
 
 DateOrder = Literal["DMY", "MDY", "YMD"]

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from .clock import iso
+from .clock import iso, later
 from .domain.events import FORGOTTEN, MEMORY_KINDS, Kind, new_event
 from .domain.lineage import lineage
 from .domain.planners import CLEARABLE
@@ -461,7 +461,8 @@ class UserKnowledge(UserHandle):
         their due date passed)."""
         days = check_days(days)
         now = self._memory.clock()
-        horizon = iso(now + timedelta(days=days))
+        # Held at the calendar's end: a clock days before year 10000 still looks ahead.
+        horizon = iso(later(now, timedelta(days=days)))
         now_text = iso(now)
         return [
             item for item in self._store.due_items(self.user_id, horizon)

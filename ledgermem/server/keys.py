@@ -21,13 +21,15 @@ import hmac
 import re
 import secrets
 from dataclasses import dataclass
+from typing import Protocol
 
 from ..clock import Clock, iso, system_clock
-from ..errors import InvalidInput, NotFound
-from ..store.base import KeyStore, StoredKey
+from ..errors import InvalidInput, LedgermemError, NotFound
+from ..store.base import KeyStore, Ledger, StoredKey
 from ..validation import check_name, check_optional_name, check_optional_text
 
-__all__ = ["ENV_ADMIN_KEY_ID", "MIN_ADMIN_KEY_CHARS", "KeyInfo", "KeyRing", "Principal"]
+__all__ = ["ENV_ADMIN_KEY_ID", "MIN_ADMIN_KEY_CHARS", "KeyInfo", "KeyRing", "KeyStoreWithLedger",
+           "Principal", "UserExists"]
 
 PREFIX = "lm_"
 _KEY_ID = re.compile(r"[0-9a-f]{16}")
@@ -38,6 +40,15 @@ MIN_ADMIN_KEY_CHARS = 24
 """Shortest admin key an operator may give: guessing must stay out of reach."""
 MAX_LABEL_CHARS = 200
 _DUMMY_HASH = hashlib.sha256(b"no such key").hexdigest()
+
+
+class UserExists(LedgermemError):
+    """A new user was asked for, but the user has memory or a live key already."""
+
+
+class KeyStoreWithLedger(KeyStore, Ledger, Protocol):
+    """What a ``KeyRing`` needs of a store: its keys, and its ledger, to tell whether a
+    user exists and to hold off other writers while a user's first key is made."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +124,7 @@ class KeyRing:
         Principal(key_id='…', user='alice', agent=None, admin=False)
     """
 
-    def __init__(self, store: KeyStore, *, clock: Clock = system_clock) -> None:
+    def __init__(self, store: KeyStoreWithLedger, *, clock: Clock = system_clock) -> None:
         self._store = store
         self._clock = clock
         self._env_admin_hash: str | None = None
@@ -155,6 +166,28 @@ class KeyRing:
         check_name(user, "user")
         check_optional_name(agent, "agent")
         return self._create(user, agent, label, admin=False)
+
+    def create_user(self, user: str, *, label: str = "") -> tuple[str, KeyInfo]:
+        """A new user's first key, made only while the user has no memory and no live
+        key. The check and the new key are one transaction that no other writer of the
+        user interleaves with, so of several processes asking at once exactly one gets
+        the key. An erased user (memory gone, keys revoked) may be created again.
+
+        Returns:
+            The key itself, shown this once, and its info.
+
+        Raises:
+            InvalidInput: a user id that is not a storable identifier, or a label that
+                is too long.
+            UserExists: the user has memory or a live key; give it another key with
+                ``create``.
+        """
+        check_name(user, "user")
+        with self._store.writing_for(user):
+            if (any(key.revoked_at is None for key in self._store.api_keys(user))
+                    or self._store.events(user, limit=1)):
+                raise UserExists(f"user {user!r} already exists")
+            return self._create(user, None, label, admin=False)
 
     def _create(self, user: str | None, agent: str | None, label: str, *, admin: bool
                 ) -> tuple[str, KeyInfo]:

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Path, Query, Response
 
 from ..deps import AdminKey, ServerState, Shared
 from ..errors import ERROR_RESPONSES, ApiError
-from ..keys import KeyInfo
+from ..keys import KeyInfo, UserExists
 from ..models import (
     CreatedKeyOut,
     CreateKeyRequest,
@@ -65,14 +65,11 @@ async def create_user(body: CreateUserRequest, shared: Shared, key: AdminKey) ->
     or a live key: give it another key with ``POST /v1/admin/keys``. An erased user may
     be created again (its revoked keys stay revoked)."""
 
-    def create() -> tuple[str, KeyInfo]:
-        store = shared.memory.store
-        live = any(info.active for info in shared.keys.list(body.user))
-        if live or body.user in store.user_ids():
-            raise ApiError(409, "conflict", f"user {body.user!r} already exists")
-        return shared.keys.create(body.user, label=body.label)
-
-    token, info = await anyio.to_thread.run_sync(create)
+    try:
+        token, info = await anyio.to_thread.run_sync(
+            lambda: shared.keys.create_user(body.user, label=body.label))
+    except UserExists as exc:
+        raise ApiError(409, "conflict", str(exc)) from exc
     return CreatedKeyOut(key=token, info=key_out(info))
 
 

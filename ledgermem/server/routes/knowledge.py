@@ -113,9 +113,10 @@ async def forget_many(
 
 @router.get("/memories/upcoming", summary="Upcoming")
 async def upcoming(
-    memory: Handle, days: Annotated[float, Query(ge=0, le=100_000)] = 7,
+    memory: Handle,
+    days: Annotated[float, Query(ge=0, le=100_000, allow_inf_nan=False)] = 7,
 ) -> list[ItemOut]:
-    """Items due within ``days`` or overdue that nobody was reminded of."""
+    """Items due within ``days`` (0 to 100,000) or overdue that nobody was reminded of."""
     return _items(await memory.upcoming(days))
 
 
