@@ -118,6 +118,22 @@ def bob(mem: Memory) -> UserMemory:
 
 
 @pytest.fixture
+def db(tmp_path: Path) -> str:
+    """A CLI test's database (``--db``): a SQLite file under ``tmp_path`` that does not
+    exist yet; the first command that writes makes it."""
+    return str(tmp_path / "cli.db")
+
+
+@pytest.fixture
+def seeded_db(db: str) -> str:
+    """``db`` made, holding one item of the CLI's default user ``local``: "Ann prefers
+    green tea" (for commands that read, which never create a database)."""
+    with Memory.open(db, embedder=None) as memory:
+        memory.for_user("local").remember("Ann prefers green tea")
+    return db
+
+
+@pytest.fixture
 def vector_mem(backend: str, tmp_path: Path, clock: FakeClock,
                request: pytest.FixtureRequest) -> Iterator[Memory]:
     """Hybrid search with the deterministic offline ``HashEmbedder`` (no model download).

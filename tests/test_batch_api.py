@@ -185,11 +185,6 @@ def test_a_batch_through_a_real_server(tmp_path: Path) -> None:
 
 
 # CLI ----------------------------------------------------------------------------------
-@pytest.fixture
-def db(tmp_path: Path) -> str:
-    return str(tmp_path / "cli.db")
-
-
 def run(db: str, *args: str, code: int = 0, input: str | bytes | None = None) -> Result:
     result = CliRunner().invoke(main, ["--db", db, "--user", "ann", "--embedder", "hash",
                                        *args], input=input)

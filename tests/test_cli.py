@@ -11,19 +11,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from pathlib import Path
 from typing import Any
 
-import pytest
 from click.testing import CliRunner, Result
 
 from ledgermem import Memory
 from ledgermem.cli import main
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> str:
-    return str(tmp_path / "cli.db")
 
 
 def run(db: str, *args: str, user: str = "ann", code: int = 0) -> Result:

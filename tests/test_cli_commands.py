@@ -9,18 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 from click.testing import CliRunner, Result
 
 from ledgermem import Memory
 from ledgermem.cli import main
 from ledgermem.testing import HashEmbedder
 from tests.support import rows
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> str:
-    return str(tmp_path / "cli.db")
 
 
 def run(db: str, *args: str, user: str = "ann", code: int = 0, input: str | None = None

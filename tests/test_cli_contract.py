@@ -17,21 +17,12 @@ from typing import Any
 import httpx
 import pytest
 
-from ledgermem import InvalidInput, Memory
+from ledgermem import InvalidInput
 from ledgermem.cli.stores import _output_file
 from ledgermem.providers.embedders import embedder_from_name
 from ledgermem.store.sql import SORTABLE
 from tests.support import assert_one_line
 from tests.test_cli_errors import cli
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> str:
-    """A store holding one item of the user ``local``."""
-    path = str(tmp_path / "m.db")
-    with Memory.open(path, embedder=None) as memory:
-        memory.for_user("local").remember("Ann prefers green tea")
-    return path
 
 
 @pytest.fixture
@@ -49,19 +40,19 @@ def files(folder: Path) -> set[str]:
 
 
 # export's output file -----------------------------------------------------------------
-def test_a_failed_export_leaves_the_target_as_it_was(db: str, tmp_path: Path) -> None:
+def test_a_failed_export_leaves_the_target_as_it_was(seeded_db: str, tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
     keep, new = out / "keep.jsonl", out / "new.jsonl"
     keep.write_text("precious\n")
     keep.chmod(0o600)
     for target in (keep, new):
-        message = assert_one_line(cli("--db", db, "export", "--user", "nobody", "-o", str(target),
-                               code=3))
+        message = assert_one_line(cli("--db", seeded_db, "export", "--user", "nobody", "-o",
+                                      str(target), code=3))
         assert "no ledger for user 'nobody'" in message
     assert keep.read_text() == "precious\n"
     assert files(out) == {"keep.jsonl"}                 # no empty new file, no temporary
-    cli("--db", db, "export", "-o", str(keep), code=0)  # a success replaces it
+    cli("--db", seeded_db, "export", "-o", str(keep), code=0)  # a success replaces it
     assert json.loads(keep.read_text().splitlines()[0])["format"] == "ledgermem-export"
     assert files(out) == {"keep.jsonl"} and stat.S_IMODE(keep.stat().st_mode) == 0o600
 
@@ -83,8 +74,9 @@ def test_an_interrupted_write_leaves_the_target_as_it_was(
     ("/nonexistent/x.jsonl", "no folder /nonexistent to write /nonexistent/x.jsonl in"),
     ("", "'' names no file to write"),
 ])
-def test_export_to_a_path_it_cannot_write_exits_2(db: str, output: str, says: str) -> None:
-    assert assert_one_line(cli("--db", db, "export", "-o", output, code=2)) == f"error: {says}"
+def test_export_to_a_path_it_cannot_write_exits_2(seeded_db: str, output: str, says: str) -> None:
+    message = assert_one_line(cli("--db", seeded_db, "export", "-o", output, code=2))
+    assert message == f"error: {says}"
 
 
 # an empty --db ------------------------------------------------------------------------
@@ -101,8 +93,8 @@ def test_an_empty_database_path_exits_2_and_never_uses_the_default(
     assert not data_dir.exists()
 
 
-def test_the_db_option_wins_over_an_empty_variable(db: str) -> None:
-    result = cli("--db", db, "--json", "stats", env={"LEDGERMEM_DB": ""}, code=0)
+def test_the_db_option_wins_over_an_empty_variable(seeded_db: str) -> None:
+    result = cli("--db", seeded_db, "--json", "stats", env={"LEDGERMEM_DB": ""}, code=0)
     assert json.loads(result.stdout)["items"] == 1
 
 
@@ -124,26 +116,26 @@ def test_an_empty_database_variable_counts_as_unset(tmp_path: Path) -> None:
     (["--entity", "person:nobody"], "--entity"),
     (["--context", ""], "--context"),
 ])
-def test_knowledge_filters_with_conversations_exit_2(db: str, filters: list[str],
+def test_knowledge_filters_with_conversations_exit_2(seeded_db: str, filters: list[str],
                                                      named: str) -> None:
-    message = assert_one_line(cli("--db", db, "recall", "tea", "--conversations", *filters,
+    message = assert_one_line(cli("--db", seeded_db, "recall", "tea", "--conversations", *filters,
                            code=2))
     assert message.startswith(f"error: {named} cannot be combined with --conversations")
 
 
-def test_conversations_without_filters_still_searches(db: str) -> None:
-    cli("--db", db, "--embedder", "hash", "add-turn", "tea at five", code=0)
-    hits = json.loads(cli("--db", db, "--json", "recall", "tea", "--conversations",
+def test_conversations_without_filters_still_searches(seeded_db: str) -> None:
+    cli("--db", seeded_db, "--embedder", "hash", "add-turn", "tea at five", code=0)
+    hits = json.loads(cli("--db", seeded_db, "--json", "recall", "tea", "--conversations",
                           code=0).stdout)
     assert [hit["turn"]["content"] for hit in hits] == ["tea at five"]
 
 
 # list --sort --------------------------------------------------------------------------
-def test_sort_lists_the_sortable_fields(db: str) -> None:
-    message = assert_one_line(cli("--db", db, "list", "--sort", "content", code=2))
+def test_sort_lists_the_sortable_fields(seeded_db: str) -> None:
+    message = assert_one_line(cli("--db", seeded_db, "list", "--sort", "content", code=2))
     assert all(repr(field) in message for field in SORTABLE), message
     assert "|".join(sorted(SORTABLE)) in cli("list", "--help", code=0).stdout
-    page = json.loads(cli("--db", db, "--json", "list", "--sort", "confidence",
+    page = json.loads(cli("--db", seeded_db, "--json", "list", "--sort", "confidence",
                           code=0).stdout)
     assert page["total"] == 1
 
@@ -151,7 +143,7 @@ def test_sort_lists_the_sortable_fields(db: str) -> None:
 # --embedder openai: -------------------------------------------------------------------
 @pytest.mark.parametrize("spec", ["openai:", "openai: "])
 def test_an_openai_embedder_without_a_model_exits_2_before_any_request(
-        db: str, spec: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        seeded_db: str, spec: str, monkeypatch: pytest.MonkeyPatch) -> None:
     sent: list[httpx.Request] = []
 
     def send(_: httpx.Client, request: httpx.Request, **__: Any) -> httpx.Response:
@@ -160,7 +152,7 @@ def test_an_openai_embedder_without_a_model_exits_2_before_any_request(
 
     monkeypatch.setattr(httpx.Client, "send", send)
     for args in (["--embedder", spec, "recall", "tea"], ["reembed", "--embedder", spec]):
-        message = assert_one_line(cli("--db", db, *args, code=2))
+        message = assert_one_line(cli("--db", seeded_db, *args, code=2))
         assert message.startswith(f"error: {spec!r} names no model after the colon"), message
         assert "openai:text-embedding-3-small" in message
     with pytest.raises(InvalidInput, match="names no model after the colon"):
@@ -178,12 +170,12 @@ def test_an_openai_embedder_without_a_model_exits_2_before_any_request(
     (['{"role": "user", "content": "a"}', '{"role": "user", "content": "b", "extra": 1}'],
      "line 2: unknown field 'extra' (known: at, content, metadata, name, role)"),
 ])
-def test_add_turns_names_the_bad_line_and_stores_nothing(db: str, tmp_path: Path,
+def test_add_turns_names_the_bad_line_and_stores_nothing(seeded_db: str, tmp_path: Path,
                                                          lines: list[str], says: str) -> None:
     path = tmp_path / "turns.jsonl"
     path.write_text("\n".join(lines) + "\n")
-    message = assert_one_line(cli("--db", db, "--embedder", "hash", "add-turns", str(path),
+    message = assert_one_line(cli("--db", seeded_db, "--embedder", "hash", "add-turns", str(path),
                            code=2))
     assert message.startswith(f"error: {path}, {says}"), message
     assert message.endswith("; nothing was stored")
-    assert json.loads(cli("--db", db, "--json", "stats", code=0).stdout)["turns"] == 0
+    assert json.loads(cli("--db", seeded_db, "--json", "stats", code=0).stdout)["turns"] == 0

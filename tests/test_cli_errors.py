@@ -15,7 +15,6 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
-from ledgermem import Memory
 from ledgermem.cli import main
 from tests.support import assert_one_line
 
@@ -30,24 +29,16 @@ def cli(*args: str, code: int, input: str | None = None,
     return result
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> str:
-    path = str(tmp_path / "m.db")
-    with Memory.open(path, embedder=None) as memory:
-        memory.for_user("local").remember("Ann prefers green tea")
-    return path
-
-
-def test_undecodable_arguments_exit_2(db: str) -> None:
+def test_undecodable_arguments_exit_2(seeded_db: str) -> None:
     """Bytes that are not UTF-8 in argv reach Python as lone surrogates."""
     for args in (["remember", "caf\udce9"], ["--user", "\udcff", "list"],
                  ["recall", "tea", "--entity", "person:\udcff"]):
-        message = assert_one_line(cli("--db", db, *args, code=2))
+        message = assert_one_line(cli("--db", seeded_db, *args, code=2))
         assert "not valid UTF-8" in message
 
 
-def test_undecodable_arguments_exit_2_in_a_real_process(db: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "ledgermem", "--db", db, "remember",
+def test_undecodable_arguments_exit_2_in_a_real_process(seeded_db: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "ledgermem", "--db", seeded_db, "remember",
                            b"caf\xe9 au lait"], capture_output=True, timeout=120)
     assert done.returncode == 2
     assert done.stderr.decode().strip().startswith("error: argument 4")
@@ -68,8 +59,8 @@ def test_undecodable_arguments_exit_2_in_a_real_process(db: str) -> None:
     ["forget-user"],
     ["no-such-command"],
 ])
-def test_bad_input_exits_2_with_one_line(db: str, args: list[str]) -> None:
-    assert_one_line(cli("--db", db, *args, code=2))
+def test_bad_input_exits_2_with_one_line(seeded_db: str, args: list[str]) -> None:
+    assert_one_line(cli("--db", seeded_db, *args, code=2))
 
 
 @pytest.mark.parametrize(("args", "env", "says"), [
@@ -77,17 +68,17 @@ def test_bad_input_exits_2_with_one_line(db: str, args: list[str]) -> None:
     (["mcp", "--user", ""], {}, "--user must be non-empty text, not ''"),
     (["--user", "", "mcp"], {}, "--user must be non-empty text, not ''"),
 ])
-def test_an_empty_user_exits_2_and_never_serves_local(db: str, args: list[str],
+def test_an_empty_user_exits_2_and_never_serves_local(seeded_db: str, args: list[str],
                                                       env: dict[str, str], says: str) -> None:
     # Regression: `mcp --user ""` served the default user 'local'. (An empty
     # LEDGERMEM_USER counts as unset, as every LEDGERMEM_* variable does.)
-    result = CliRunner().invoke(main, ["--db", db, *args], env=env)
+    result = CliRunner().invoke(main, ["--db", seeded_db, *args], env=env)
     assert result.exit_code == 2, result.output
     assert says in assert_one_line(result)
 
 
-def test_the_user_option_wins_over_an_empty_variable(db: str) -> None:
-    result = CliRunner().invoke(main, ["--db", db, "--user", "local", "--json", "stats"],
+def test_the_user_option_wins_over_an_empty_variable(seeded_db: str) -> None:
+    result = CliRunner().invoke(main, ["--db", seeded_db, "--user", "local", "--json", "stats"],
                                 env={"LEDGERMEM_USER": ""})
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["items"] == 1
@@ -128,18 +119,18 @@ def test_a_bad_longmemeval_file_exits_2(tmp_path: Path, content: bytes, says: st
     assert says in message
 
 
-def test_not_found_exits_3_and_other_errors_1(db: str) -> None:
-    assert "no memory" in assert_one_line(cli("--db", db, "get", "nope", code=3))
+def test_not_found_exits_3_and_other_errors_1(seeded_db: str) -> None:
+    assert "no memory" in assert_one_line(cli("--db", seeded_db, "get", "nope", code=3))
     assert "unsupported database URL" in assert_one_line(
         cli("--db", "mysql://host/db", "list", code=1))
     # The store records no model yet: this records hash:64, then another is refused.
-    cli("--db", db, "--embedder", "hash", "recall", "tea", code=0)
-    message = assert_one_line(cli("--db", db, "--embedder", "hash:32", "recall", "tea",
+    cli("--db", seeded_db, "--embedder", "hash", "recall", "tea", code=0)
+    message = assert_one_line(cli("--db", seeded_db, "--embedder", "hash:32", "recall", "tea",
                                   code=1))
     assert "holds vectors of hash:64" in message
 
 
-def test_an_unexpected_error_is_one_line_too(db: str, monkeypatch: pytest.MonkeyPatch
+def test_an_unexpected_error_is_one_line_too(seeded_db: str, monkeypatch: pytest.MonkeyPatch
                                              ) -> None:
     from ledgermem import user_memory
 
@@ -147,14 +138,14 @@ def test_an_unexpected_error_is_one_line_too(db: str, monkeypatch: pytest.Monkey
         raise RuntimeError("boom\nsecond line")
 
     monkeypatch.setattr(user_memory.UserMemory, "stats", broken)
-    message = assert_one_line(cli("--db", db, "stats", code=1))
+    message = assert_one_line(cli("--db", seeded_db, "stats", code=1))
     assert message.startswith("error: unexpected RuntimeError: boom second line")
     monkeypatch.setenv("LEDGERMEM_DEBUG", "1")
-    assert isinstance(CliRunner().invoke(main, ["--db", db, "stats"]).exception,
+    assert isinstance(CliRunner().invoke(main, ["--db", seeded_db, "stats"]).exception,
                       RuntimeError)
 
 
-def test_what_the_library_logs_is_one_line_too(db: str, monkeypatch: pytest.MonkeyPatch
+def test_what_the_library_logs_is_one_line_too(seeded_db: str, monkeypatch: pytest.MonkeyPatch
                                                ) -> None:
     """E.g. a background worker's failure: logged with its exception, shown without the
     traceback, and the handler is gone once the command ends."""
@@ -169,7 +160,7 @@ def test_what_the_library_logs_is_one_line_too(db: str, monkeypatch: pytest.Monk
 
     handlers = list(logging.getLogger("ledgermem").handlers)
     monkeypatch.setattr(user_memory.UserMemory, "stats", logs)
-    result = cli("--db", db, "--json", "stats", code=0)
+    result = cli("--db", seeded_db, "--json", "stats", code=0)
     assert result.stderr == "error: ledgermem-embed failed (RuntimeError: model went away)\n"
     assert json.loads(result.stdout) == {"items": 1}
     assert logging.getLogger("ledgermem").handlers == handlers
@@ -189,12 +180,12 @@ def test_reading_a_missing_database_never_creates_it(tmp_path: Path, args: list[
     assert not missing.parent.exists()
 
 
-def test_migrate_from_a_missing_database_creates_nothing(db: str, tmp_path: Path) -> None:
+def test_migrate_from_a_missing_database_creates_nothing(seeded_db: str, tmp_path: Path) -> None:
     missing, target = tmp_path / "nothing.db", tmp_path / "copy.db"
     message = assert_one_line(cli("migrate", str(missing), str(target), code=2))
     assert message == f"error: no database at {missing}"
     assert not missing.exists() and not target.exists()
-    assert json.loads(cli("--json", "migrate", db, str(target), code=0).stdout)["users"] == 1
+    assert json.loads(cli("--json", "migrate", seeded_db, str(target), code=0).stdout)["users"] == 1
 
 
 def test_writing_commands_create_the_database(tmp_path: Path) -> None:

@@ -36,11 +36,6 @@ def no_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> str:
-    return str(tmp_path / "chat.db")
-
-
 def chat(db: str, lines: str, monkeypatch: pytest.MonkeyPatch,
          base_url: str | None = None) -> Result:
     if base_url is not None:
