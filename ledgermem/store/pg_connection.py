@@ -46,6 +46,16 @@ _SCOPE_AND_USER_LOCK = _SET_SCOPE + ", pg_advisory_xact_lock(%s, hashtext(%s))"
 _EVERY_USER: UserScope = ("", True)
 BESIDE_WAIT_S = 0.001
 """How long ``reading_beside`` waits for a free pooled connection before giving up."""
+POOL_WAIT_S = 30.0
+"""How long a store call waits for a pooled connection while others hold them all."""
+PROBE_AFTER_S = 1.0
+"""After this long without a pooled connection, a store call connects to the server
+itself (``_reachable``): if that fails too, the server is down or out of reach, and
+the call fails at once instead of waiting out ``POOL_WAIT_S`` (as every call did
+during an outage)."""
+PROBE_TIMEOUT_S = 5
+"""The longest the connection of ``_reachable`` may take (libpq's ``connect_timeout``,
+whole seconds): a host that drops packets answers nothing."""
 IDLE_CHECK_S = 5.0
 """A pooled connection idle longer than this is checked (an empty query, a round trip)
 before it is handed out; one returned moments ago is not. Checking every hand-out cost
@@ -134,6 +144,7 @@ class PostgresConnection(SQLStore):
     _closed: bool
     _search_path: str | None
     _pool: ConnectionPool[Conn]
+    _conninfo: str
     _idle_since: weakref.WeakKeyDictionary[Conn, float]
 
     # connections ------------------------------------------------------------------
@@ -209,8 +220,37 @@ class PostgresConnection(SQLStore):
             return
         if self._closed:
             raise StoreClosed("the store is closed")
-        with _translated(), self._pool.connection() as conn, self._holding(conn) as run:
+        with _translated(), self._pooled() as conn, self._holding(conn) as run:
             yield run
+
+    @contextmanager
+    def _pooled(self) -> Iterator[Conn]:
+        """A pooled connection, given back after (committed, or rolled back on an
+        error). Waits up to ``POOL_WAIT_S`` while other calls hold every one, but fails
+        after ``PROBE_AFTER_S`` when the server does not answer a new connection either.
+
+        Raises:
+            StorageError: no connection: the server is unreachable, or every pooled
+                connection stayed taken for ``POOL_WAIT_S``.
+        """
+        try:
+            conn = self._pool.getconn(timeout=PROBE_AFTER_S)
+        except PoolTimeout:
+            self._reachable()
+            conn = self._pool.getconn(timeout=POOL_WAIT_S - PROBE_AFTER_S)
+        try:
+            with conn:
+                yield conn
+        finally:
+            self._pool.putconn(conn)
+
+    def _reachable(self) -> None:
+        """Raise ``StorageError`` when a new connection to the server fails."""
+        try:
+            psycopg.connect(self._conninfo, autocommit=True,
+                            connect_timeout=PROBE_TIMEOUT_S).close()
+        except psycopg.Error as exc:
+            raise StorageError(f"PostgreSQL is unreachable: {exc}") from exc
 
     @contextmanager
     def _holding(self, conn: Conn) -> Iterator[Run]:

@@ -254,7 +254,7 @@ class PostgresStore(PostgresKeywordSearch, PostgresVectors):
             raise StoreClosed("the store is closed")
         # A pool connection: autocommit (VACUUM refuses a transaction block), on the
         # store's search path.
-        with _translated("cannot vacuum"), self._pool.connection() as conn:
+        with _translated("cannot vacuum"), self._pooled() as conn:
             for table in VACUUM_TABLES:
                 conn.execute(pgsql.SQL("VACUUM FULL {}").format(pgsql.Identifier(table)))
             # Without the privilege the server's next checkpoint writes the files.
@@ -272,7 +272,7 @@ class PostgresStore(PostgresKeywordSearch, PostgresVectors):
         if self._local.conn is not None:
             return
         try:
-            with _translated("cannot settle"), self._pool.connection() as conn:
+            with _translated("cannot settle"), self._pooled() as conn:
                 for table in VACUUM_TABLES:
                     conn.execute(pgsql.SQL("VACUUM (ANALYZE) {}").format(
                         pgsql.Identifier(table)))
