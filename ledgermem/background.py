@@ -4,18 +4,44 @@ A worker's queue lives in the store, so the thread only needs waking: ``notify``
 starts it on first use and wakes it, the loop drains ``run_once`` until it returns 0,
 and a failure is logged and retried with backoff instead of killing the thread. A
 store closed under a running worker ends it (with a warning): no retry can succeed.
+
+At interpreter exit every started worker is stopped as ``close`` stops it (its batch in
+flight finishes, the rest stays queued in the store): a daemon thread still inside native
+code when the interpreter finalises is ended as it takes the GIL back, and onnxruntime's
+C++ frames turn that into an abort ("terminate called without an active exception").
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import sys
 import threading
+import time
+import weakref
 
 from .errors import StoreClosed
 
 __all__ = ["BackgroundWorker"]
+
+_started: weakref.WeakSet[BackgroundWorker] = weakref.WeakSet()
+"""Workers whose thread was started, for ``_close_at_exit``."""
+
+
+def _close_at_exit() -> None:
+    """Stop every started worker, then wait for the batches in flight (10 s in all)."""
+    workers = list(_started)
+    for worker in workers:
+        worker._stop.set()
+        worker._wake.set()
+    deadline = time.monotonic() + 10
+    for worker in workers:
+        if worker._thread is not None:
+            worker._thread.join(max(0.0, deadline - time.monotonic()))
+
+
+atexit.register(_close_at_exit)
 
 
 def lower_priority(nice: int) -> None:
@@ -66,6 +92,7 @@ class BackgroundWorker:
                 self._thread = threading.Thread(target=self._loop, name=self.thread_name,
                                                 daemon=True)
                 self._thread.start()
+                _started.add(self)
 
     def _loop(self) -> None:
         lower_priority(self.nice)

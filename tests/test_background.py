@@ -1,10 +1,12 @@
-"""The background worker loop: failures are retried, a close mid-batch is quiet, and a
-store closed under a running worker ends it."""
+"""The background worker loop: failures are retried, a close mid-batch is quiet, a
+store closed under a running worker ends it, and a process that exits without closing
+its workers exits cleanly."""
 
 from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import sys
 import threading
 from collections.abc import Sequence
@@ -117,3 +119,47 @@ def test_the_embedding_worker_and_the_threads_it_starts_yield_the_cpu(tmp_path: 
     assert seen[EmbeddingWorker.thread_name] == min(19, mine + 10)
     assert seen["started by it"] == seen[EmbeddingWorker.thread_name]
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine
+
+
+_EXIT_WHILE_THE_MODEL_LOADS = '''
+import sys, threading, time
+from ledgermem import Memory
+
+
+class SlowTeardown:
+    def __del__(self) -> None:  # the interpreter's teardown takes a while, as a big app's
+        time.sleep(2)
+
+
+slow = SlowTeardown()
+memory = Memory.open("memory.db")  # no close(), as a short script goes
+memory.for_user("alice").remember("Prefers green tea over coffee")
+
+
+def loading() -> bool:
+    for thread in threading.enumerate():
+        frame = sys._current_frames().get(thread.ident or 0)
+        while frame is not None:
+            if frame.f_code.co_name == "_minilm_session":
+                return True
+            frame = frame.f_back
+    return False
+
+
+deadline = time.monotonic() + 60
+while not loading() and time.monotonic() < deadline:
+    time.sleep(0.001)
+print("exiting while the model loads" if loading() else "missed")
+'''
+
+
+def test_a_script_that_exits_while_the_embedder_works_exits_cleanly(tmp_path: Path) -> None:
+    """A process that ends without ``close()`` while the embedding worker is inside
+    onnxruntime: the worker is stopped at exit (its call in flight finishes) rather than
+    killed as it takes the GIL back, which aborted the process (SIGABRT: "terminate
+    called without an active exception")."""
+    done = subprocess.run([sys.executable, "-c", _EXIT_WHILE_THE_MODEL_LOADS], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "exiting while the model loads"
+    assert done.returncode == 0, done.stderr
+    assert "terminate called" not in done.stderr
