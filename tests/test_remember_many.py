@@ -13,7 +13,11 @@ import pytest
 
 from ledgermem import AsyncMemory, InvalidInput, Memory, UserMemory
 from ledgermem.domain import dedup, writer
+from ledgermem.domain.events import Kind
+from ledgermem.domain.projection import Change, project
+from ledgermem.retrieval.keyword import query_terms
 from ledgermem.store.sql import SQLStore
+from ledgermem.types import Event
 from tests.support import FakeClock
 
 TEXTS: list[Any] = [
@@ -150,6 +154,43 @@ def test_a_name_every_entry_holds_does_not_make_each_entry_read_all_of_them(
     assert [i.written for i in items].count("merged") == 1
     assert items[300].id == items[42].id
     assert len(compared) < 300, len(compared)
+
+
+NOTES = [f"Crate {n} holds quince jam from Lisbon" for n in range(30)]
+NOTES.append("Crate 7 holds quince jam from Lisbon.")      # a restatement: merged
+
+
+def test_a_batch_splits_each_entry_into_search_terms_once(
+        mem: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counting a batch's words, choosing each entry's rarest and finding its rarest
+    number, date or name all read one split of its text (``dedup.search_terms``)."""
+    split: list[str] = []
+
+    def counted(text: str, *, max_terms: int = 32) -> list[str]:
+        split.append(text)
+        return query_terms(text, max_terms=max_terms)
+
+    monkeypatch.setattr(dedup, "query_terms", counted)
+    dedup.search_terms.cache_clear()
+    items = mem.for_user("alice").remember_many(NOTES)
+    assert [i.written for i in items].count("merged") == 1
+    assert sorted(split) == sorted(NOTES)
+
+
+def test_a_batch_projects_only_its_merges(
+        mem: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new item stands as it was planned; only a merge's changes are projected onto
+    the item it refreshes (the store projects every event again as it appends it)."""
+    projected: list[str] = []
+
+    def counted(event: Event) -> list[Change]:
+        projected.append(event.kind)
+        return project(event)
+
+    monkeypatch.setattr(writer, "project", counted)
+    items = mem.for_user("alice").remember_many(NOTES)
+    assert items[30].id == items[7].id and items[30].written == "merged"
+    assert projected == [Kind.MEMORY_UPDATED]
 
 
 def test_items_come_back_in_input_order_with_every_field(alice: UserMemory) -> None:

@@ -38,6 +38,7 @@ __all__ = [
     "restates",
     "said",
     "says_less",
+    "search_terms",
     "swapped",
     "twin_of",
 ]
@@ -192,10 +193,18 @@ def twin_of(text: str, category: str, context: str, entity: str | None,
     return None
 
 
+@functools.lru_cache(maxsize=4096)
+def search_terms(text: str) -> tuple[str, ...]:
+    """``text``'s keyword search terms (``query_terms``, all of them), computed once per
+    text while it is among the last 4,096 asked about: a batch asks for each text's
+    words to count them, to choose its rarest, and for its rarest marker."""
+    return tuple(query_terms(text, max_terms=512))
+
+
 def _by_rarity(text: str, counts: Mapping[str, int] | None) -> list[str]:
     """``text``'s search terms, rarest first by ``counts`` (longest first without, and
     among ties: longer words tend to be rarer)."""
-    terms = sorted(query_terms(text, max_terms=512), key=lambda w: (-len(w), w))
+    terms = sorted(search_terms(text), key=lambda w: (-len(w), w))
     if counts is not None:
         terms.sort(key=lambda w: counts.get(w, 0))  # stable: ties stay longest first
     return terms
@@ -262,6 +271,6 @@ def rarest_marker(text: str, counts: Mapping[str, int]) -> tuple[int, str] | Non
     """Of ``text``'s markers that are also its search terms (a number, a date word, a
     name: one word each), the one the fewest rows hold by ``counts``, with that count;
     None when it has none. Every restatement of ``text`` holds it (``restates``)."""
-    terms = set(query_terms(text, max_terms=512))
+    terms = search_terms(text)
     found = [(counts.get(marker, 0), marker) for marker in said(text).markers if marker in terms]
     return min(found) if found else None

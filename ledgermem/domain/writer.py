@@ -22,7 +22,6 @@ from typing import Any, Literal, NamedTuple
 
 from ..clock import Clock, iso, new_id
 from ..errors import InvalidInput, NotFound
-from ..retrieval.keyword import query_terms
 from ..store.base import (
     POSTINGS_CAP,
     MatchMode,
@@ -53,6 +52,7 @@ from .dedup import (
     prefix_size,
     rarest_marker,
     said,
+    search_terms,
     twin_of,
 )
 from .lineage import lineage
@@ -138,7 +138,7 @@ class ItemWriter:
     def _word_counts(self, user_id: str, texts: Iterable[str]) -> tuple[int, dict[str, int]]:
         """How many stored rows hold each word of ``texts``, and the count above which a
         word is common (``Store.term_counts``)."""
-        words = {w for text in texts for w in query_terms(text, max_terms=512)}
+        words = {w for text in texts for w in search_terms(text)}
         return self.store.term_counts(user_id, "knowledge", sorted(words))
 
     def _candidates(self, user_id: str, wanted: Sequence[Wanted], counts: Mapping[str, int],
@@ -568,12 +568,13 @@ class Batch:
         """Plan ``draft`` (merged into ``twin``, or new) and note the item it leaves."""
         events, item = _plan(self.scope, draft, twin, self.now)
         self.events += events
-        changed = {item.id: item}
-        for event in events:
-            for change in project(event):
-                if isinstance(change, Update) and change.table == "knowledge":
-                    apply_change(changed, change)
-        item = changed[item.id]
+        if twin is not None:    # a new item's one event inserts it as planned
+            changed = {item.id: item}
+            for event in events:
+                for change in project(event):
+                    if isinstance(change, Update) and change.table == "knowledge":
+                        apply_change(changed, change)
+            item = changed[item.id]
         self._items[item.id] = item
         known = self._said[item.id] = said(item.content)
         for word in known.words:

@@ -31,7 +31,7 @@ def query_terms(text: str, *, max_terms: int = 32) -> list[str]:
     >>> query_terms('What does "Sarah" like? NEAR(tea*) -coffee')
     ['sarah', 'like', 'near', 'tea', 'coffee']
     """
-    words = [w.lower() for w in _WORD.findall(text)]
+    words = _lower_words(text)
     seen: dict[str, None] = {}
     for word in words:
         if word not in STOPWORDS:
@@ -44,4 +44,13 @@ def query_terms(text: str, *, max_terms: int = 32) -> list[str]:
 
 def word_set(text: str) -> frozenset[str]:
     """Lower-case word tokens of ``text`` (for overlap measures)."""
-    return frozenset(w.lower() for w in _WORD.findall(text))
+    return frozenset(_lower_words(text))
+
+
+def _lower_words(text: str) -> list[str]:
+    """``text``'s word tokens, each lower-cased. An ASCII text is lower-cased whole
+    first, which splits it the same way; elsewhere lower-casing can change where a
+    word ends ("İ" becomes "i" and a combining dot), so each token is lowered alone."""
+    if text.isascii():
+        return _WORD.findall(text.lower())
+    return [w.lower() for w in _WORD.findall(text)]

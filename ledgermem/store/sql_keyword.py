@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from abc import abstractmethod
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from ..types import ItemQuery
@@ -95,8 +95,8 @@ class SQLKeywordLookup(SQLBackend):
                           limit: int, queries: Sequence[ItemQuery] | None = None
                           ) -> list[list[str] | None]:
         lists = [list(dict.fromkeys(terms)) for terms in term_lists]
-        postings = {term: set(pks) for term, pks in self._postings(
-            user_id, sorted({t for terms in lists for t in terms}), POSTINGS_CAP).items()}
+        postings = self._postings(user_id, sorted({t for terms in lists for t in terms}),
+                                  POSTINGS_CAP)
         rare = [[t for t in terms if len(postings.get(t, ())) <= POSTINGS_CAP]
                 for terms in lists]
         # A list with a term past the cap: the rows holding one of its other terms and
@@ -109,9 +109,9 @@ class SQLKeywordLookup(SQLBackend):
         held: list[Counter[int] | None] = []
         for index, terms in enumerate(lists):
             if len(rare[index]) == len(terms):
-                held.append(holding_two([postings.get(term, set()) for term in terms]))
+                held.append(holding_two([postings.get(term, ()) for term in terms]))
             elif (also := both.get(index)) is not None:   # as if one term, held by those
-                held.append(holding_two([*(postings.get(t, set()) for t in rare[index]), also]))
+                held.append(holding_two([*(postings.get(t, ()) for t in rare[index]), also]))
             else:
                 held.append(None)
         # Other users' and superseded rows hold words too: only the user's current
@@ -120,31 +120,42 @@ class SQLKeywordLookup(SQLBackend):
         rows: dict[int, tuple[Any, ...]] = {}
         where, params = item_where_sql(user_id, ItemQuery(), by_id=self._hint_ids)
         for chunk in iter_chunks(sorted({pk for pks in held if pks for pk in pks})):
-            rows.update((row[0], row[1:]) for row in self._read(
+            rows.update({row[0]: row for row in self._read(
                 f"SELECT pk, id, category, context, entity FROM knowledge WHERE pk IN "
-                f"({marks(len(chunk))}) AND {where}", [*chunk, *params]))
+                f"({marks(len(chunk))}) AND {where}", [*chunk, *params])})
+        # The rows of each kind asked for, found once: a batch's texts mostly ask for one.
+        of_kind: dict[tuple[str | None, str | None, str | None], set[int]] = {}
         found: list[list[str] | None] = []
         for index, pks in enumerate(held):
             if pks is None:
                 found.append(None)
                 continue
             query = queries[index] if queries is not None else ItemQuery()
-            kept = [pk for pk in pks if pk in rows and _kind_matches(rows[pk], query)]
+            kind = (query.category, query.context, query.entity)
+            if (matching := of_kind.get(kind)) is None:
+                matching = of_kind[kind] = {pk for pk, row in rows.items()
+                                            if _kind_matches(row[1:], query)}
+            kept = [pk for pk in pks if pk in matching]
             if len(kept) > limit:
                 # Rarer words weigh more, as in BM25: among items holding as many of the
                 # terms, those whose held terms are in the fewest rows (a common term a
                 # row holds counts as past the cap).
                 also = both.get(index)
-                weights = [(also, math.log(POSTINGS_CAP + 1))] if also is not None else []
-                weights += [(postings.get(t, set()), math.log(len(postings.get(t, ())) or 1))
+                weights: list[tuple[Collection[int], float]] = (
+                    [(also, math.log(POSTINGS_CAP + 1))] if also is not None else [])
+                weights += [(postings.get(t, ()), math.log(len(postings.get(t, ())) or 1))
                             for t in rare[index]]
-                rarity = {pk: sum(weight for rows, weight in weights if pk in rows)
-                          for pk in kept}
+                # Each kept row's weights, found from the terms' side (a row holds a few).
+                held_weights: dict[int, list[float]] = {pk: [] for pk in kept}
+                for holding, weight in weights:
+                    for pk in held_weights.keys() & holding:
+                        held_weights[pk].append(weight)
+                rarity = {pk: sum(of_row) for pk, of_row in held_weights.items()}
                 kept.sort(key=lambda pk: (-pks[pk], rarity[pk], -pk))
                 kept = kept[:limit]
             else:
                 kept.sort(key=lambda pk: (-pks[pk], -pk))
-            found.append([rows[pk][0] for pk in kept])
+            found.append([rows[pk][1] for pk in kept])
         return found
 
     def _holding_both(self, user_id: str, pairs: Sequence[tuple[Sequence[str], Sequence[str]]]
