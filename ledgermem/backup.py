@@ -6,7 +6,9 @@ is the database as one read transaction saw it, a prefix of the ledger with ever
 view that goes with it, whatever other threads and processes write meanwhile (in WAL
 mode a reader holds up no writer). It is written beside the destination and moved
 into place once checked (``PRAGMA integrity_check``), so a crash never leaves half a
-backup under the destination's name.
+backup under the destination's name. A backup holds every user's memory, so a new one
+is readable by its owner only (a file it replaces keeps its mode), and so is a store
+``restore`` creates.
 
 ``restore`` copies a backup into a store's file the same way, after checking that
 the backup is a sound ledgermem database this version can read, and refuses to
@@ -24,6 +26,7 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
+import stat
 import uuid
 from contextlib import closing
 from pathlib import Path
@@ -102,10 +105,30 @@ def _sync(path: Path) -> None:
         os.close(fd)
 
 
+def _owner_only(path: Path, like: Path | None = None) -> None:
+    """Create ``path`` empty (SQLite takes an empty file as an empty database), readable
+    by its owner only, or with the mode of ``like`` when that is a regular file. The
+    journal files SQLite makes beside a database take the database file's mode."""
+    try:
+        found = os.lstat(like) if like is not None else None
+    except FileNotFoundError:
+        found = None
+    mode = stat.S_IMODE(found.st_mode) if found and stat.S_ISREG(found.st_mode) else 0o600
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode))
+
+
 def _copy(source: sqlite3.Connection, target: Path) -> None:
     """The whole of ``source``, as one read transaction sees it, into ``target``."""
     with closing(_connect(target)) as conn:
         source.backup(conn)  # pages=-1: one step, one consistent snapshot
+
+
+def _same_file(path: Path, other: Path) -> bool:
+    """Whether ``path`` and ``other`` name one file (through a hard link too)."""
+    try:
+        return os.path.samefile(path, other)
+    except OSError:   # one of them does not exist
+        return False
 
 
 def _journals(path: Path) -> list[Path]:
@@ -161,8 +184,9 @@ def backup(source: str | Path, destination: str | Path, *, force: bool = False
     src, dst = Path(source).expanduser().resolve(), Path(destination).expanduser().resolve()
     if not src.is_file():
         raise InvalidInput(f"no database at {src}")
-    if dst == src:
-        raise InvalidInput(f"{dst} is the store itself: back it up to another file")
+    if dst == src or any(_same_file(dst, path) for path in (src, *_journals(src))):
+        raise InvalidInput(f"{dst} is the store itself (or one of its journal files): "
+                           "back it up to another file")
     if dst.exists() and not force:
         raise InvalidInput(f"{dst} exists: choose another file, or --force to replace it")
     if dst.is_dir():
@@ -173,6 +197,7 @@ def backup(source: str | Path, destination: str | Path, *, force: bool = False
     try:
         with closing(_connect(src)) as conn:
             _check_copy(conn, str(src))  # before copying: a damaged store is refused
+            _owner_only(part, like=dst)
             _copy(conn, part)
         with closing(_connect(part)) as conn:
             found = _check_copy(conn, f"the copy of {src}")
@@ -228,7 +253,9 @@ def restore(source: str | Path, destination: str | Path, *, force: bool = False
                 raise InvalidInput(
                     f"{dst} holds {replaced} events: restoring would replace them; "
                     "add --force to replace them, or restore into another --db")
-            dst.parent.mkdir(parents=True, exist_ok=True)
+            if not dst.exists():
+                dst.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                _owner_only(dst)
             _copy(conn, dst)
         # The vector files beside the store describe what it held before; the restored
         # store builds its own at its next searches.

@@ -36,8 +36,10 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import asdict
+from datetime import datetime
 from typing import IO, Any, Literal, cast, get_args
 
 import numpy as np
@@ -45,7 +47,7 @@ import numpy as np
 from .errors import InvalidInput, NotFound, SchemaMismatch, StorageError
 from .store.base import Store, Table, TurnQuery, Vector
 from .types import Event, ItemQuery
-from .validation import check_json
+from .validation import check_id, check_json, check_name, check_optional_name
 
 __all__ = ["FORMAT", "VERSION", "Progress", "export_jsonl", "import_jsonl", "migrate"]
 
@@ -67,6 +69,9 @@ are in all (None when unknown)."""
 
 _EVENT_FIELDS = ("id", "ts", "user_id", "kind", "payload", "agent_id", "session_id",
                  "subject_id", "visibility")
+_KIND = re.compile(r"[a-z][a-z0-9_-]*(?:\.[a-z0-9_-]+)+")
+"""What every event kind looks like (``memory.added``, ``world.observed``)."""
+MAX_KIND_CHARS = 100
 
 
 # reading a store ----------------------------------------------------------------------
@@ -143,6 +148,7 @@ class _Writer:
                                                 "vectors": counts.get("vectors")}
         self.taken = set(store.user_ids())
         self.events: list[Event] = []
+        self.wheres: list[str] = []
         self.vectors: dict[tuple[Table, str], list[tuple[str, str, Vector]]] = {}
         self.done: dict[Phase, int] = {"events": 0, "vectors": 0}
 
@@ -172,12 +178,17 @@ class _Writer:
             raise InvalidInput(f"{where}: not an event")
         # what a write would refuse (nesting past MAX_JSON_DEPTH, NUL…) is refused here
         # too: stored, it would make every later read of that row fail
-        check_json(event.payload, f"{where}: the payload")
+        try:
+            _check_envelope(event)
+            check_json(event.payload, "the payload")
+        except InvalidInput as exc:
+            raise InvalidInput(f"{where}: {exc}") from exc
         if event.user_id in self.taken:
             raise InvalidInput(
                 f"user {event.user_id!r} already has a ledger in {self.store.url}; "
                 "two histories cannot be merged (forget that user there first)")
         self.events.append(event)
+        self.wheres.append(where)
         if len(self.events) >= BATCH:
             self._flush_events()
 
@@ -195,9 +206,17 @@ class _Writer:
 
     def _flush_events(self) -> None:
         if self.events:
-            self.store.append(self.events)
+            try:
+                self.store.append(self.events)
+            except (TypeError, ValueError, KeyError, AttributeError) as exc:
+                # The projection met a payload its kind does not have (a field missing,
+                # of another type): the file's fault, and nothing of it is kept.
+                span = self.wheres[0] if len(self.wheres) == 1 else \
+                    f"{self.wheres[0]} to {self.wheres[-1]}"
+                raise InvalidInput(f"{span}: an event's payload does not fit its kind "
+                                   f"({type(exc).__name__}: {exc})") from exc
             self._advance("events", len(self.events))
-            self.events = []
+            self.events, self.wheres = [], []
 
     def _flush_vectors(self) -> None:
         for (table, model), rows in self.vectors.items():
@@ -231,6 +250,29 @@ class _Writer:
         if expected != self.done:
             raise StorageError(f"the export says it holds {expected}, but {self.done} were "
                                "read: the file is damaged")
+
+
+def _check_envelope(event: Event) -> None:
+    """Refuse an event whose id, user, agent, session, kind, time or visibility no
+    write would have stored (a NUL in a user id, a time without its offset…): kept,
+    it would fail every later read, or a migration to PostgreSQL."""
+    check_id(event.id, "an event's id")
+    check_name(event.user_id, "user_id")
+    check_optional_name(event.agent_id, "agent_id")
+    check_optional_name(event.session_id, "session_id")
+    if event.subject_id is not None:
+        check_id(event.subject_id, "subject_id")
+    if not (isinstance(event.kind, str) and len(event.kind) <= MAX_KIND_CHARS
+            and _KIND.fullmatch(event.kind)):
+        raise InvalidInput(f"kind {event.kind!r:.80} is not an event kind")
+    if event.visibility not in ("private", "global"):
+        raise InvalidInput(f"visibility {event.visibility!r:.40} is not private or global")
+    try:
+        moment = datetime.fromisoformat(event.ts) if isinstance(event.ts, str) else None
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise InvalidInput(f"ts {event.ts!r:.60} is not an ISO 8601 time with a UTC offset")
 
 
 def _check_model(store: Store, header: dict[str, Any]) -> None:

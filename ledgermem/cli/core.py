@@ -8,6 +8,7 @@ import importlib
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -17,7 +18,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import click
 from rich.console import Console
+from rich.errors import MarkupError
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from ..config import Settings
 from ..errors import InvalidInput, LedgermemError, NotFound
@@ -42,11 +46,62 @@ USER_ENV = "LEDGERMEM_USER"
 DB_ENV = "LEDGERMEM_DB"
 
 
+# what reaches the terminal ----------------------------------------------------------
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+"""Characters a terminal takes as commands (escape sequences, bells, carriage
+returns…): every C0 control but tab and newline, DEL, and the C1 controls."""
+_C1_AS_JSON = {code: f"\\u{code:04x}" for code in range(0x7F, 0xA0)}
+"""DEL and the C1 controls as JSON escapes (``json.dumps`` escapes only the C0 ones)."""
+
+
+def _control_symbol(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if code < 0x20:
+        return chr(0x2400 + code)   # the Control Pictures block: ESC is drawn as ␛
+    return "\u2421" if code == 0x7F else "\ufffd"
+
+
+def visible(text: str) -> str:
+    """``text`` with every control character a terminal would act on drawn as a
+    symbol, one for one (stored text is shown, never obeyed: no escape sequence from a
+    memory can retitle, recolour or rewrite the user's terminal)."""
+    return _CONTROL.sub(_control_symbol, text)
+
+
+def shown(value: object) -> str:
+    """Stored or typed text put into a line or table the console prints: shown as it
+    is, its brackets never read as rich markup (``[/]``, ``[link=…]``) and its control
+    characters drawn as symbols."""
+    return escape(visible(str(value)))
+
+
+class TerminalConsole(Console):
+    """The console commands print through. Whatever a string holds, what reaches the
+    terminal is text: control characters are drawn as symbols (``visible``), and a
+    string whose brackets are no valid markup is printed as it is rather than failing
+    the command. Emoji codes (``:smile:``) stay as typed."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**{"emoji": False, **options})
+
+    def render_str(self, text: str, **options: Any) -> Text:
+        try:
+            rendered = super().render_str(text, **options)
+        except MarkupError:
+            rendered = super().render_str(text, **{**options, "markup": False})
+        plain = rendered.plain
+        drawn = visible(plain)
+        if drawn != plain:
+            rendered.plain = drawn   # one symbol per character: the styles stay put
+        return rendered
+
+
 # errors: the one place they become what a user sees ----------------------------------
 def _one_line(text: str) -> str:
-    """``text`` on one line, printable whatever bytes it holds."""
+    """``text`` on one line, printable whatever bytes it holds, with no control
+    character a terminal would act on."""
     flat = " ".join(str(text).split())
-    return flat.encode("utf-8", "backslashreplace").decode("utf-8")
+    return visible(flat.encode("utf-8", "backslashreplace").decode("utf-8"))
 
 
 def failure(exc: BaseException) -> tuple[int, str]:
@@ -219,7 +274,7 @@ class Context:
         """The configuration file read, if any (a long-running command watches it)."""
         self.config_error: LedgermemError | None = None
         """Why the settings could not be read (``doctor`` reports it; others fail)."""
-        self.console = Console()
+        self.console: Console = TerminalConsole()
         self._memory: Memory | None = None
 
     def open_store(self, url: str | None = None, *, create: bool = False) -> Store:
@@ -266,7 +321,8 @@ class Context:
 
     def emit(self, value: Any, render: Callable[[], None]) -> None:
         if self.as_json:
-            click.echo(json.dumps(_jsonable(value), indent=2, ensure_ascii=False))
+            text = json.dumps(_jsonable(value), indent=2, ensure_ascii=False)
+            click.echo(text.translate(_C1_AS_JSON))
         else:
             render()
 
@@ -358,23 +414,24 @@ def _items_table(items: Sequence[Item], title: str) -> Table:
                    [item.id for item in items])
     for item in items:
         values = {"context": item.context, "entity": item.entity or ""}
-        table.add_row(item.id, item.category, item.content, f"{item.confidence:.2f}",
-                      *[values[column] for column in extra])
+        table.add_row(shown(item.id), item.category, shown(item.content),
+                      f"{item.confidence:.2f}", *[shown(values[column]) for column in extra])
     return table
 
 
 def _fields_table(title: str, data: dict[str, Any]) -> Table:
+    """``data`` as a table of fields (``title`` is markup: escape what it quotes)."""
     table = Table(title=title)
     table.add_column("what", no_wrap=True)
     table.add_column("value", overflow="fold")
     for key, value in data.items():
-        shown = json.dumps(value, ensure_ascii=False) if isinstance(value, dict | list) else (
+        text = json.dumps(value, ensure_ascii=False) if isinstance(value, dict | list) else (
             "" if value is None else str(value))
-        table.add_row(key, shown)
+        table.add_row(shown(key), shown(text))
     return table
 
 
 def _item_line(verb: str, item: Item) -> str:
-    return f"{verb} [bold]{item.id}[/]: {item.content}"
+    return f"{verb} [bold]{shown(item.id)}[/]: {shown(item.content)}"
 
 

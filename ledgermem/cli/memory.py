@@ -31,6 +31,7 @@ from .core import (
     _table,
     command,
     main,
+    shown,
 )
 
 
@@ -151,11 +152,11 @@ def recall(obj: Context, query: str, top_k: int, category: str | None, context: 
         if not hits:
             obj.console.print("nothing found")
             return
-        table = _table(f"recall: {query}", ("score", "id", "content", "why"),
+        table = _table(f"recall: {shown(query)}", ("score", "id", "content", "why"),
                        [hit.id for hit in hits])
         for hit in hits:
             why = ", ".join(f"{k}={v}" for k, v in hit.why.items())
-            table.add_row(f"{hit.score:.3f}", hit.id, hit.content, why)
+            table.add_row(f"{hit.score:.3f}", shown(hit.id), shown(hit.content), shown(why))
         obj.console.print(table)
 
     obj.emit(hits, render)
@@ -200,7 +201,7 @@ def get(obj: Context, item_id: str, as_of: str | None) -> None:
     """Show every field of one item (alias: show)."""
     item = obj.handle(embed=False).get(item_id, as_of=as_of)
     obj.emit(item, lambda: obj.console.print(
-        _fields_table(f"memory {item.id}", dataclasses.asdict(item))))
+        _fields_table(f"memory {shown(item.id)}", dataclasses.asdict(item))))
 
 
 show = copy.copy(main.commands["get"])
@@ -242,7 +243,7 @@ def update(obj: Context, item_id: str, content: str | None, category: str | None
 def forget(obj: Context, item_id: str) -> None:
     """Delete an item and blank its text everywhere."""
     obj.handle(embed=False).forget(item_id)
-    obj.emit({"forgotten": item_id}, lambda: obj.console.print(f"forgot {item_id}"))
+    obj.emit({"forgotten": item_id}, lambda: obj.console.print(f"forgot {shown(item_id)}"))
 
 
 @command(main)
@@ -260,11 +261,11 @@ def history(obj: Context, item_id: str) -> None:
     events = obj.handle(embed=False).history(item_id)
 
     def render() -> None:
-        table = Table(title=f"history of {item_id}")
+        table = Table(title=f"history of {shown(item_id)}")
         for column in ("ts", "kind", "payload"):
             table.add_column(column, overflow="fold")
         for event in events:
-            table.add_row(event.ts, event.kind, _summary(event))
+            table.add_row(event.ts, event.kind, shown(_summary(event)))
         obj.console.print(table)
 
     obj.emit(events, render)
@@ -288,7 +289,7 @@ def upcoming(obj: Context, days: float) -> None:
         table = _table(f"due within {days:g} days", ("id", "due", "content"),
                        [item.id for item in items])
         for item in items:
-            table.add_row(item.id, item.due_at or "", item.content)
+            table.add_row(shown(item.id), item.due_at or "", shown(item.content))
         obj.console.print(table)
 
     obj.emit(items, render)
@@ -333,7 +334,7 @@ def add_turn(obj: Context, content: str, role: str, session_id: str | None,
     turn = _keep_turns(obj, [{"role": role, "content": content, "name": name, "at": at}],
                        session_id, infer)[0]
     obj.emit(turn, lambda: obj.console.print(
-        f"kept turn [bold]{turn.id}[/] in session {turn.session_id}"))
+        f"kept turn [bold]{shown(turn.id)}[/] in session {shown(turn.session_id)}"))
 
 
 @command(main, "add-turns")
@@ -352,7 +353,7 @@ def add_turns(obj: Context, file: str, session_id: str | None, infer: bool) -> N
         raise InvalidInput(f"{_located(str(exc), [where for where, _ in entries])}; "
                            "nothing was stored") from exc
     obj.emit(kept, lambda: obj.console.print(
-        f"kept {len(kept)} turns in session {kept[0].session_id}"))
+        f"kept {len(kept)} turns in session {shown(kept[0].session_id)}"))
 
 
 def _read_turns(source: IO[str], name: str) -> list[tuple[str, dict[str, Any]]]:

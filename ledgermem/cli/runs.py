@@ -19,6 +19,7 @@ from .core import (
     _utf8,
     command,
     main,
+    shown,
     shown_url,
 )
 
@@ -179,14 +180,15 @@ def maintain(obj: Context, all_users: bool) -> None:
     result = memory.maintain() if all_users else memory.for_user(obj.user).maintain()
 
     def render() -> None:
-        table = Table(title="maintenance" + (" (all users)" if all_users else f" of {obj.user}"))
+        table = Table(title="maintenance" + (" (all users)" if all_users
+                                             else f" of {shown(obj.user)}"))
         table.add_column("step")
         table.add_column("result", overflow="fold")
         for step in ("decay", "reconcile", "consolidate", "prune"):
             counts = result.get(step, {})
             table.add_row(step, ", ".join(f"{k}={v}" for k, v in counts.items()))
         for step, why in result.get("skipped", {}).items():
-            table.add_row(step, f"skipped: {why}")
+            table.add_row(step, f"skipped: {shown(why)}")
         obj.console.print(table)
 
     obj.emit(result, render)
@@ -203,7 +205,8 @@ def status(obj: Context, probe: bool) -> None:
         from ..doctor import probe_any
 
         data["probe"] = probe_any(memory.llm)
-    obj.emit(data, lambda: obj.console.print(_fields_table(f"status of {obj.user}", data)))
+    obj.emit(data, lambda: obj.console.print(_fields_table(f"status of {shown(obj.user)}",
+                                                           data)))
 
 
 @command(main)

@@ -8,7 +8,7 @@ import os
 import stat
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -26,6 +26,7 @@ from .core import (
     build_embedder,
     command,
     main,
+    shown,
     shown_url,
 )
 
@@ -35,7 +36,8 @@ from .core import (
 def stats(obj: Context) -> None:
     """Counts of what this user's memory holds."""
     data = obj.handle().stats()
-    obj.emit(data, lambda: obj.console.print(_fields_table(f"memory of {obj.user}", data)))
+    obj.emit(data, lambda: obj.console.print(_fields_table(f"memory of {shown(obj.user)}",
+                                                           data)))
 
 
 @command(main)
@@ -63,7 +65,7 @@ def forget_user(obj: Context, yes: bool) -> None:
                       abort=True, err=True)
     events = handle.forget_user()
     obj.emit({"forgotten_user": obj.user, "events": events}, lambda: obj.console.print(
-        f"erased user {obj.user!r}: {events} events"))
+        f"erased user {shown(repr(obj.user))}: {events} events"))
 
 
 @command(main)
@@ -162,12 +164,17 @@ def _transfer_progress(obj: Context) -> Iterator[Any]:
 
 
 @contextmanager
-def _output_file(path: str) -> Iterator[IO[str]]:
+def _output_file(path: str, *, not_onto: Sequence[Path] = ()) -> Iterator[IO[str]]:
     """``path`` opened to write UTF-8 text (``-``: stdout). A file is written under a
     temporary name in its folder and moved over ``path`` only once the block ends
     without an error: a failed or interrupted command leaves what was there, or
     nothing, as it was. (click's ``atomic=True`` moves the partial file into place
-    whatever happened.)"""
+    whatever happened.)
+
+    A new file is readable by its owner only (it holds memory); a regular file replaced
+    keeps its mode. ``path`` may not be one of ``not_onto`` (the store being read, and
+    its journal files), however it is named (a symlink, a hard link).
+    """
     if path == "-":
         with click.open_file(path, "w", encoding="utf-8") as out:
             yield out
@@ -177,9 +184,15 @@ def _output_file(path: str) -> Iterator[IO[str]]:
         raise InvalidInput(f"{path!r} names no file to write")
     if not target.parent.is_dir():
         raise InvalidInput(f"no folder {target.parent} to write {path} in")
+    if any(_same_file(target, other) for other in not_onto):
+        raise InvalidInput(f"{path} is the database being read (or one of its journal "
+                           "files): write to another file")
     part = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.part")
-    # A file replaced keeps its mode (an owner-only export stays so), as with click.
-    mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else 0o666
+    try:
+        found = os.lstat(target)
+    except FileNotFoundError:
+        found = None
+    mode = stat.S_IMODE(found.st_mode) if found and stat.S_ISREG(found.st_mode) else 0o600
     try:
         descriptor = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     except OSError as exc:
@@ -192,6 +205,14 @@ def _output_file(path: str) -> Iterator[IO[str]]:
         os.replace(part, target)
     finally:
         part.unlink(missing_ok=True)
+
+
+def _same_file(path: Path, other: Path) -> bool:
+    """Whether ``path`` names ``other`` (through links too), or would once made."""
+    try:
+        return os.path.samefile(path, other)
+    except OSError:   # one of them does not exist (yet)
+        return path.resolve() == other.resolve()
 
 
 @command(main, "export")
@@ -208,7 +229,8 @@ def export(obj: Context, output: str, users: tuple[str, ...]) -> None:
 
     store = obj.open_store()
     try:
-        with _transfer_progress(obj) as report, _output_file(output) as out:
+        with _transfer_progress(obj) as report, _output_file(
+                output, not_onto=_files(store, journals=True)) as out:
             events = export_jsonl(store, out, users=users or None, progress=report)
     finally:
         store.close()
@@ -216,7 +238,8 @@ def export(obj: Context, output: str, users: tuple[str, ...]) -> None:
     if output == "-":  # stdout holds the export: the summary goes to stderr
         Console(stderr=True).print(f"exported {events} events")
     else:
-        obj.emit(result, lambda: obj.console.print(f"exported {events} events to {output}"))
+        obj.emit(result, lambda: obj.console.print(
+            f"exported {events} events to {shown(output)}"))
 
 
 def _missing(url: str | None) -> bool:
@@ -228,13 +251,14 @@ def _missing(url: str | None) -> bool:
     return False
 
 
-def _files(store: Store) -> list[Path]:
-    """A SQLite store's database file and the journal files beside it (none for
-    another store)."""
+def _files(store: Store, *, journals: bool = False) -> list[Path]:
+    """A SQLite store's database file and the files beside it that SQLite makes with
+    it (its rollback journal too with ``journals``); none for another store."""
     path = getattr(store, "path", None)
     if not isinstance(path, Path):
         return []
-    return [path, *(path.with_name(path.name + suffix) for suffix in ("-wal", "-shm"))]
+    suffixes = ("-wal", "-shm", "-journal") if journals else ("-wal", "-shm")
+    return [path, *(path.with_name(path.name + suffix) for suffix in suffixes)]
 
 
 @command(main, "import")
@@ -257,7 +281,7 @@ def import_(obj: Context, file: str) -> None:
         raise
     store.close()
     obj.emit({"imported_events": events}, lambda: obj.console.print(
-        f"imported {events} events into {shown_url(store.url)}"))
+        f"imported {events} events into {shown(shown_url(store.url))}"))
 
 
 @command(main)
@@ -296,7 +320,7 @@ def backup_(obj: Context, destination: str, force: bool) -> None:
     result = backup(sqlite_path(obj.db or default_path()), destination, force=force)
     obj.emit(result, lambda: obj.console.print(
         f"backed up {result['events']} events of {result['users']} users to "
-        f"{result['destination']} ({result['bytes']} bytes, checked)"))
+        f"{shown(result['destination'])} ({result['bytes']} bytes, checked)"))
 
 
 @command(main, "restore-backup")
@@ -310,9 +334,10 @@ def restore_(obj: Context, source: str, force: bool) -> None:
 
     refuse_postgres(obj.db, "restore")
     result = restore(source, sqlite_path(obj.db or default_path()), force=force)
+    replaced = (f" (replacing {result['replaced_events']} events)"
+                if result["replaced_events"] else "")
     obj.emit(result, lambda: obj.console.print(
         f"restored {result['events']} events of {result['users']} users into "
-        f"{result['destination']}" + (f" (replacing {result['replaced_events']} events)"
-                                      if result["replaced_events"] else "")))
+        f"{shown(result['destination'])}{replaced}"))
 
 

@@ -4,7 +4,8 @@ Every route under ``/v1`` needs an API key (``deps``) and acts for one user; err
 answer one JSON shape (``errors``); ``/healthz`` needs no key, ``/metrics`` needs the
 admin key unless ``ServerSettings.public_metrics``. ``GET /`` serves the dashboard's
 files when they are installed (``ledgermem/server/dashboard/``), else it sends a
-browser to the API's documentation (``/docs``).
+browser to the API's documentation (``/docs``). Every answer carries the headers of
+``headers`` (no caching of memory, no framing, no script in an API answer).
 
 The application holds no state of its own between requests besides rate-limit buckets
 and metrics: keys and memory live in the database, so any number of processes can
@@ -34,6 +35,7 @@ from starlette.types import Scope as StarletteScope
 from ..aio import AsyncMemory
 from .deps import ServerState, Shared, admin
 from .errors import ERROR_RESPONSES, BodyLimit, install_error_handlers
+from .headers import SecurityHeaders
 from .keys import KeyRing
 from .metrics import CONTENT_TYPE, MetricsMiddleware, ServerMetrics
 from .models import HealthOut
@@ -115,6 +117,10 @@ def create_app(memory: AsyncMemory, keys: KeyRing, *, settings: ServerSettings |
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    # Outermost of ours: every answer gets the headers, errors and 413s included.
+    docs = [url for url in (app.docs_url, app.redoc_url) if url]
+    app.add_middleware(SecurityHeaders, private=[API_PREFIX, "/metrics"],
+                       data=[url for url in (app.openapi_url, "/healthz") if url], docs=docs)
     for module in (knowledge, conversations, tools, events, review, stats, maintenance,
                    export, key_routes, admin_routes, dashboard):
         app.include_router(module.router)
