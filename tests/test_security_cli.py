@@ -140,9 +140,6 @@ def test_the_review_queue_survives_markup_in_a_proposal(tmp_path: Path) -> None:
         assert control not in result.output
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "ledgermem/bootstrap/commands.py puts a proposal's content and why into its tables "
-    "as rich markup; wrap them in ledgermem.cli.core.shown()"))
 def test_the_review_queue_prints_a_proposals_markup_as_text(tmp_path: Path) -> None:
     db = tmp_path / "m.db"
     seeded(db)

@@ -23,6 +23,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from ..cli.core import shown
 from ..review import STATUS_FILTERS, StatusFilter
 from ..types import CATEGORIES, SOURCES, Finding, Proposal
 from ..user_memory import UserMemory
@@ -86,8 +87,8 @@ def _report_table(report: ScanReport) -> Table:
         table.add_column(column, no_wrap=column == "id", overflow="fold")
     for finding in report.findings:
         kind = f"{finding.category}, sensitive" if finding.sensitive else finding.category
-        table.add_row(finding_id(finding), kind, finding.content,
-                      f"{scanner_of(finding)}: {finding.why}")
+        table.add_row(finding_id(finding), kind, shown(finding.content),
+                      shown(f"{scanner_of(finding)}: {finding.why}"))
     return table
 
 
@@ -101,7 +102,7 @@ def _outcome_table(report: ScanReport, standing: dict[str, Proposal]) -> Table:
         status = "not proposed" if proposal is None else {
             "approved": "stored", "edited": "stored (edited)"}.get(proposal.status,
                                                                   proposal.status)
-        table.add_row(finding_id(finding), status, finding.content)
+        table.add_row(finding_id(finding), status, shown(finding.content))
     return table
 
 
@@ -187,7 +188,8 @@ def _queue_table(title: str, proposals: Sequence[Proposal]) -> Table:
     for p in proposals:
         kind = f"{p.category}, sensitive" if p.sensitive else p.category
         why = f"{p.proposer}: {p.why}" if p.why else p.proposer
-        table.add_row(p.id, *([p.status] if decided else []), kind, p.content, why)
+        table.add_row(shown(p.id), *([p.status] if decided else []), shown(kind),
+                      shown(p.content), shown(why))
     return table
 
 
@@ -254,5 +256,5 @@ def review_edit(obj: CommandContext, proposal_id: str, content: str | None,
         sensitive=sensitive, confidence=confidence)
     obj.settle()
     obj.emit(decided, lambda: obj.console.print(
-        f"approved [bold]{decided.id}[/] as item [bold]{decided.item_id}[/]: "
-        f"{decided.changes.get('content', decided.content)}"))
+        f"approved [bold]{shown(decided.id)}[/] as item [bold]{shown(decided.item_id)}[/]: "
+        f"{shown(decided.changes.get('content', decided.content))}"))
