@@ -117,13 +117,29 @@ def test_a_backup_is_never_written_over_the_store_or_its_journal(db: Path,
     assert contents(db) == ["Ann's passport number is X1234567"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "ledgermem/store/sqlite.py lets sqlite3.connect create the database file with the "
-    "process umask (0644 under umask 022); create it owner-only first"))
-def test_a_new_database_is_owner_only(tmp_path: Path) -> None:
-    path = tmp_path / "new" / "memory.db"
-    path.parent.mkdir()
-    with Memory.open(path, embedder=None) as memory:
-        memory.for_user("ann").remember("Ann's passport number is X1234567")
-        assert mode(path) == 0o600
+def test_a_new_database_its_journals_and_vectors_are_owner_only(tmp_path: Path) -> None:
+    from ledgermem.store.sqlite import SQLiteStore
+    from ledgermem.testing import HashEmbedder
+
+    path = tmp_path / "new" / "memory.db"        # its folder is made too
+    store = SQLiteStore(path)
+    store.vector_file_rows = 1                   # a vector file for the one item
+    with Memory(store, embedder=HashEmbedder()) as memory:
+        ann = memory.for_user("ann")
+        ann.remember("Ann's passport number is X1234567")
+        memory.flush()
+        ann.search("passport")                    # the vectors are read, and kept beside
+        assert mode(path) == 0o600 and mode(path.parent) == 0o700
         assert all(mode(Path(f"{path}{suffix}")) == 0o600 for suffix in ("-wal", "-shm"))
+    kept = list(path.parent.rglob("*.lmv"))
+    assert kept, sorted(path.parent.rglob("*"))
+    assert all(mode(f) == 0o600 for f in kept) and all(mode(f.parent) == 0o700 for f in kept)
+
+
+def test_an_existing_database_keeps_its_mode(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    Memory.open(path, embedder=None).close()
+    path.chmod(0o640)
+    with Memory.open(path, embedder=None) as memory:
+        memory.for_user("ann").remember("Lives in Lisbon")
+    assert mode(path) == 0o640

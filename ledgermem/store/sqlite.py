@@ -11,6 +11,7 @@ Keyword search over FTS5 is ``sqlite_keyword``'s, embeddings and vector search
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -184,6 +185,22 @@ class _ThreadConnection:
         self.release(self.conn)
 
 
+def _create_owner_only(path: Path) -> None:
+    """Create ``path``'s folder (owner-only where it is new) and ``path`` as an empty,
+    owner-only file where none is there yet. SQLite gives a database's journal files
+    (``-wal``, ``-shm``) its file's mode, so memory is never readable by other users
+    of the machine; a file that exists keeps its mode."""
+    if not path.parent.is_dir():
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise StorageError(f"cannot create {path}: {exc}") from exc
+    os.close(descriptor)
+
+
 class SQLiteStore(SQLiteKeywordSearch, SQLiteVectors):
     """SQLite backend. ``path`` is created (with its folder) if missing, unless
     ``create=False``: then a missing file is refused (``InvalidInput``), as a reader
@@ -203,7 +220,8 @@ class SQLiteStore(SQLiteKeywordSearch, SQLiteVectors):
         self.path = Path(path).expanduser().resolve()
         if not create and not self.path.is_file():
             raise InvalidInput(f"no database at {self.path}")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if create:
+            _create_owner_only(self.path)
         self.url = f"sqlite:///{self.path}"
         self._busy_ms = int(busy_timeout_s * 1000)
         self._local = threading.local()

@@ -150,9 +150,9 @@ def write(path: Path, table: str, *, model: str, matrix: npt.NDArray[np.float32]
     raw = json.dumps(head).encode().ljust(data_at - _PREFIX.size)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
     try:
-        path.parent.mkdir(exist_ok=True)
+        path.parent.mkdir(mode=0o700, exist_ok=True)
         _remove_stale_tmp(path)
-        with tmp.open("wb") as f:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
             f.write(_PREFIX.pack(MAGIC, len(raw), zlib.crc32(raw)) + raw)
             for start in range(0, len(rows), 65_536):  # no second copy of a large matrix
                 f.write(np.ascontiguousarray(matrix[rows[start:start + 65_536]],
