@@ -44,6 +44,7 @@ from typing import IO, Any, Literal, cast, get_args
 
 import numpy as np
 
+from .domain.events import check_payload
 from .errors import InvalidInput, NotFound, SchemaMismatch, StorageError
 from .store.base import Store, Table, TurnQuery, Vector
 from .types import Event, ItemQuery
@@ -181,6 +182,7 @@ class _Writer:
         try:
             _check_envelope(event)
             check_json(event.payload, "the payload")
+            check_payload(event.kind, event.payload)
         except InvalidInput as exc:
             raise InvalidInput(f"{where}: {exc}") from exc
         if event.user_id in self.taken:

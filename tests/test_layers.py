@@ -48,6 +48,9 @@ ALLOWED_UPWARD: dict[tuple[str, str], str] = {
     ("ledgermem.store", "ledgermem.domain.events"):
         "the ledger's vocabulary: pure, imports nothing above types; the stores read "
         "events through it as they read types",
+    ("ledgermem.transfer", "ledgermem.domain.events"):
+        "the ledger's vocabulary, as for the stores: an import checks each event's "
+        "payload against its kind (``check_payload``) before replaying it",
     ("ledgermem.store", "ledgermem.domain.projection"):
         "the one projection (event → row changes): pure, so the stores' views, rebuild "
         "and verify apply events through it instead of keeping their own copy",

@@ -80,11 +80,6 @@ def test_a_sound_export_still_imports(tmp_path: Path) -> None:
     assert (item.content, item.confidence) == ("Ann prefers green tea", 0.9)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "ledgermem/domain/events.py parses a payload without checking its values: an "
-    "imported memory.added whose confidence is 'high' is stored, and every later read "
-    "of the user's items fails (float('high')); the kind's payload must be checked "
-    "(types and ranges, known kinds under the reserved prefixes) before it is applied"))
 def test_a_payload_value_of_the_wrong_type_is_refused(tmp_path: Path) -> None:
     def wrong_type(event: dict[str, Any]) -> None:
         event["payload"]["item"]["confidence"] = "high"

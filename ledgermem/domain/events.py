@@ -9,12 +9,14 @@ events builds them with ``new_event`` from these payloads; the projection
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
 from ..clock import new_id
+from ..errors import InvalidInput
 from ..types import Event, Item, Scope, Visibility
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "ProposalDecided",
     "ProposalMade",
     "Pruned",
+    "check_payload",
     "item_row",
     "new_event",
 ]
@@ -123,6 +126,64 @@ class ItemAdded(Payload):
         """The item an ``memory.added`` payload holds (unknown fields ignored)."""
         raw = payload["item"]
         return Item(**{k: v for k, v in raw.items() if k in _ITEM_FIELDS})
+
+
+_TEXT_FIELDS = frozenset({"id", "user_id", "category", "content", "source", "created_at",
+                          "updated_at", "context"})
+_OPTIONAL_TEXT_FIELDS = frozenset({"domain", "agent_id", "entity", "due_at", "reminded_at",
+                                   "superseded_by", "valid_from", "valid_to",
+                                   "last_used_at"})
+
+
+def _fits(name: str, value: Any) -> bool:
+    """Whether ``value`` is of the type (and range) an item's field ``name`` holds;
+    a field items do not have fits (``parse`` ignores it)."""
+    if name in _TEXT_FIELDS:
+        return isinstance(value, str)
+    if name in _OPTIONAL_TEXT_FIELDS:
+        return value is None or isinstance(value, str)
+    if name == "confidence":
+        return _number(value) and 0 <= value <= 1
+    if name == "sensitive":
+        return isinstance(value, bool)
+    if name == "use_count":
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    if name == "metadata":
+        return isinstance(value, Mapping)
+    return True
+
+
+def _number(value: Any) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def check_payload(kind: str, payload: Mapping[str, Any]) -> None:
+    """Refuse a payload of a knowledge kind that its projection would store as no item
+    can be (a confidence of ``"high"``, a content that is no text): kept, it would fail
+    every later read of the user's items. Other kinds are not looked at.
+
+    Raises:
+        InvalidInput: naming the kind and the field.
+    """
+    if kind == Kind.MEMORY_ADDED:
+        fields_of = payload.get("item")
+    elif kind in CHANGE_KINDS:
+        fields_of = payload.get("changes", {})
+    elif kind in (Kind.MEMORY_RECALLED, Kind.MEMORY_DECAYED):
+        number = payload.get("boost" if kind == Kind.MEMORY_RECALLED else "factor")
+        ids = payload.get("ids")
+        if not (_number(number) and isinstance(ids, list)
+                and all(isinstance(i, str) for i in ids)):
+            raise InvalidInput(f"{kind}: needs a list of ids and a finite number")
+        return
+    else:
+        return
+    if not isinstance(fields_of, Mapping):
+        raise InvalidInput(f"{kind}: its item's fields must be an object")
+    for name, value in fields_of.items():
+        if not _fits(name, value):
+            raise InvalidInput(f"{kind}: an item's {name} cannot be {value!r:.60}")
 
 
 _ROW_FIELDS = tuple(f.name for f in fields(Item) if f.name != "written")
