@@ -308,16 +308,17 @@ def test_a_count_that_stopped_at_the_cut_off_is_counted_again_when_the_cut_off_g
     assert counted == [["bison", "walrus"]]     # otter's count was exact: kept
 
 
-def test_a_kept_count_outlives_a_new_cut_off_unless_it_stopped_at_the_old() -> None:
+def test_a_kept_count_outlives_a_new_cut_off_unless_it_stopped_below_it() -> None:
     """The cut-off grows with the rows (1% of them past 100,000): a count within the
     cut-off it was counted to is exact under any other, one that stopped past it is
-    counted again under a new one."""
+    past any lower cut-off too, and counted again under a higher one."""
     words = WordCounts(60.0, per_user=True)
     words.keep("knowledge", "alice", {"rare": 40, "common": 1_001}, 1_000)
     assert words.known("knowledge", "alice", ["rare", "common"], 1_000) == (
         {"rare": 40, "common": 1_001}, [])
     assert words.known("knowledge", "alice", ["rare", "common"], 1_100) == (
         {"rare": 40}, ["common"])
+    assert words.known("knowledge", "alice", ["common"], 900) == ({"common": 901}, [])
     assert words.known("knowledge", "alice", ["rare"], 30) == ({"rare": 31}, [])
     assert words.known("knowledge", "bob", ["rare"], 1_000) == ({}, ["rare"])
     # New rows raise a count until it passes its cut-off.

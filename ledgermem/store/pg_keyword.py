@@ -138,6 +138,11 @@ CORPUS_TTL_S = 60.0
 reused; this process's own writes to the user drop them at once."""
 LEXEMES_KEPT = 100_000
 """Words whose lexemes a store keeps (``_lexemes``); past it they are dropped at once."""
+COUNT_HEADROOM = 8
+"""Dedup's word counts (``term_counts``) go an eighth further than the common-term
+cut-off: the cut-off grows with the rows (a step every 100 rows past 100,000 items), and
+a common word kept as past it then stays known as past it until its count expires
+(``CORPUS_TTL_S``), instead of being counted again at each step."""
 COUNTED_WORDS = 10_000
 """Words whose counts for the common-term rule (``_common_terms``) a store keeps."""
 
@@ -287,9 +292,10 @@ class PostgresKeywordSearch(PostgresConnection):
             cutoff = common_term_rows(self._corpus(run, table, user_id)[0])
             counts, missing = self._words.known(table, user_id, sorted(set(terms)), cutoff)
             if missing:
-                fresh = self._term_counts(run, table, user_id, missing, cutoff)
-                self._words.keep(table, user_id, fresh, cutoff)
-                counts.update(fresh)
+                counted_to = cutoff + cutoff // COUNT_HEADROOM
+                fresh = self._term_counts(run, table, user_id, missing, counted_to)
+                self._words.keep(table, user_id, fresh, counted_to)
+                counts.update((word, min(count, cutoff + 1)) for word, count in fresh.items())
             return cutoff, counts
 
     def _term_counts(self, run: Run, table: str, user_id: str, terms: Sequence[str],
@@ -332,17 +338,16 @@ class PostgresKeywordSearch(PostgresConnection):
     def _postings(self, user_id: str, terms: Sequence[str], cap: int
                   ) -> dict[str, list[int]]:
         """Every term's postings (those of all its lexemes) in one statement, each term's
-        read through the postings index (a lateral lookup per term, as ``_term_counts``)."""
+        read through the postings index (a lookup per term, as ``_term_counts``) and sent
+        as one array: a text's rarest words hold hundreds of rows, each a result row for
+        the driver to build and a step to gather otherwise."""
         if not terms:
             return {}
-        found: dict[str, list[int]] = {}
-        for term, pk in self._read(
-                "SELECT w.term, p.pk FROM unnest(?::text[]) AS w(term) CROSS JOIN LATERAL ("
-                "SELECT p.pk FROM knowledge_terms AS p WHERE p.user_id = ? AND p.lexeme = ANY("
-                "tsvector_to_array(to_tsvector('ledgermem_english', w.term))) LIMIT ?) AS p",
-                [list(terms), user_id, cap + 1]):
-            found.setdefault(term, []).append(pk)
-        return found
+        return {term: pks for term, pks in self._read(
+            "SELECT w.term, (SELECT array_agg(p.pk) FROM (SELECT p.pk FROM knowledge_terms AS p "
+            "WHERE p.user_id = ? AND p.lexeme = ANY(tsvector_to_array(to_tsvector("
+            "'ledgermem_english', w.term))) LIMIT ?) AS p) FROM unnest(?::text[]) AS w(term)",
+            [user_id, cap + 1, list(terms)]) if pks}
 
     def keyword_search_items(
         self, user_id: str, terms: Sequence[str], mode: MatchMode, query: ItemQuery, limit: int

@@ -399,6 +399,17 @@ def m0013_text_once_per_row() -> tuple[str, ...]:
     return (*_one_tsvector("knowledge"), *_one_tsvector("conversations"))
 
 
+def m0014_knowledge_fillfactor() -> tuple[str, ...]:
+    """Pages of ``knowledge`` keep a fifth free: room for a new version of one of their
+    rows beside the old (a full page holds five rows with 384-dimension vectors). An
+    update that changes no indexed column (a restatement's refresh, a recall's
+    bookkeeping) then stays on its page, a HOT update that touches no index; one that
+    moves writes a new entry in every index, the HNSW index's included (a graph search
+    for a vector that did not change). Pages written before it get the room when they
+    are rewritten (``vacuum``)."""
+    return ("ALTER TABLE knowledge SET (fillfactor = 80)",)
+
+
 SECURED_TABLES = (*USER_TABLES, "llm_calls", "comparisons", "knowledge_terms",
                   "conversations_terms")
 """Every table with m0004's two policies (m0004, m0005, m0007)."""
@@ -436,6 +447,7 @@ PG_MIGRATIONS: tuple[Migration, ...] = tuple(
         (m0001_initial, m0002_add_fts, m0003_add_embedding_staging, m0004_row_level_security,
          m0005_add_pipeline, m0006_add_lookup_indexes, m0007_add_term_index,
          m0008_inline_vectors, m0009_add_api_keys, m0010_add_text_digest_index,
-         m0011_drop_fts_gin, m0012_read_policy_settings_once, m0013_text_once_per_row),
+         m0011_drop_fts_gin, m0012_read_policy_settings_once, m0013_text_once_per_row,
+         m0014_knowledge_fillfactor),
         start=1)
 )

@@ -59,8 +59,8 @@ class WordCounts:
         for word in words:
             kept = self._counts.get((table, scope, word))
             # A count within its cut-off is exact under any other; one past it only
-            # says "more than that cut-off".
-            if kept is not None and kept[2] > now and (kept[0] <= kept[1] or kept[1] == cutoff):
+            # says "more than that cut-off", so more than any lower one.
+            if kept is not None and kept[2] > now and (kept[0] <= kept[1] or kept[1] >= cutoff):
                 counts[word] = min(kept[0], cutoff + 1)
             else:
                 missing.append(word)

@@ -16,11 +16,14 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 from ledgermem import Memory, StorageError
-from ledgermem.store import pg_connection
+from ledgermem.store import pg_connection, pg_keyword, sql_keyword
 from ledgermem.store.base import TurnQuery
 from ledgermem.store.postgres import PostgresStore
 from ledgermem.testing import HashEmbedder
 from ledgermem.types import ItemQuery
+
+FILLERS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel",
+           "india", "juliet", "kilo", "lima"]
 
 
 def _trace(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[str, bool] | None]]:
@@ -424,3 +427,34 @@ def test_and_then_or_of_words_none_common_is_one_statement_in_a_block(
     with store.reading():
         assert search("or") == apart[1]
     assert sum(sql.startswith("WITH idf") for sql, _ in seen) == 1
+
+
+def test_a_common_word_is_not_counted_again_while_the_cut_off_grows_a_little(
+        pg_memory: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The common-term cut-off grows with the rows (past 100,000 items, one step every
+    100 rows). Dedup's counts go past it by ``COUNT_HEADROOM``, so a word kept as past
+    it is not counted again at each step, while ``term_counts`` still gives what a count
+    to the cut-off gives."""
+    monkeypatch.setattr(pg_keyword, "COUNT_HEADROOM", 2)
+    monkeypatch.setattr(sql_keyword, "COMMON_TERM_MIN_ROWS", 4)
+    monkeypatch.setattr(sql_keyword, "COMMON_TERM_SHARE", 0.5)   # half the rows, at least 4
+    alice = pg_memory.for_user("alice")
+    alice.remember_many([f"walrus {word}" for word in FILLERS[:8]], dedup=False)
+    store = pg_memory.store
+    assert isinstance(store, PostgresStore)
+    # Cut-off 4, counted to 6: walrus (8 rows) stops past 6, and reads as past 4.
+    assert store.term_counts("alice", "knowledge", ["walrus", "alpha"]) == (
+        4, {"walrus": 5, "alpha": 1})
+    seen = _trace(monkeypatch)
+
+    def counts() -> int:
+        return sum(sql.startswith("SELECT term, l.lexemes") for sql, _ in seen)
+
+    alice.remember_many(["bison caribou", "gannet puffin"], dedup=False)     # cut-off 5
+    assert store.term_counts("alice", "knowledge", ["walrus", "alpha"]) == (
+        5, {"walrus": 6, "alpha": 1})
+    assert counts() == 0
+    alice.remember_many([f"moose {word}" for word in FILLERS[8:12]], dedup=False)  # 7
+    assert store.term_counts("alice", "knowledge", ["walrus", "alpha"]) == (
+        7, {"walrus": 8, "alpha": 1})
+    assert counts() == 1                 # past what walrus was counted to: again

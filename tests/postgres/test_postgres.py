@@ -478,6 +478,41 @@ def test_vectors_are_kept_in_the_row(pg_url: str) -> None:
                     "'conversations'::regclass)") == [("m",)]
 
 
+def test_a_restatement_refreshes_its_item_on_its_page(pg_url: str) -> None:
+    """m0014: pages of ``knowledge`` keep room for a new version of a row, so the
+    refresh of an item a ``remember`` restates (its time and confidence, no indexed
+    column) stays on the row's page: a HOT update, with no new entry in any index, the
+    HNSW index's included. Without the room a full page sends the new version to
+    another page, and every index gets an entry for it. Pages written before m0014
+    get the room when they are rewritten (``vacuum``)."""
+    texts = [f"{name} keeps the {thing} by the {place}" for name, thing, place in (
+        ("Alice", "spare key", "shed"), ("Bob", "red kettle", "stove"),
+        ("Carol", "old atlas", "window"), ("Dave", "blue bicycle", "gate"),
+        ("Erin", "garden hose", "fence"), ("Frank", "fishing rod", "boathouse"),
+        ("Grace", "tin whistle", "piano"), ("Heidi", "brass lamp", "desk"),
+        ("Ivan", "wool scarf", "door"), ("Judy", "card table", "attic"),
+        ("Ken", "paint brush", "easel"), ("Liz", "rain boots", "porch"))]
+
+    def refreshed_in_place(memory: Memory) -> bool:
+        memory.store.vacuum()           # rows packed into pages, as a store filled long ago
+        (item_id, page), = everyone(
+            pg_url, "SELECT id, (ctid::text::point)[0] FROM knowledge ORDER BY ctid LIMIT 1")
+        content = memory.store.get_item("alice", item_id).content  # type: ignore[union-attr]
+        restated = memory.for_user("alice").remember(content)
+        assert (restated.id, restated.written) == (item_id, "merged")
+        return everyone(pg_url, "SELECT (ctid::text::point)[0] FROM knowledge "
+                                f"WHERE id = '{item_id}'") == [(page,)]
+
+    embedder = HashEmbedder(dimensions=384)
+    with Memory(PostgresStore(pg_url, migrations=PG_MIGRATIONS[:13]),
+                embedder=embedder) as memory:
+        memory.for_user("alice").remember_many(texts, dedup=False)
+        memory.embed_pending()
+        assert not refreshed_in_place(memory)
+    with Memory(PostgresStore(pg_url), embedder=embedder) as memory:
+        assert refreshed_in_place(memory)
+
+
 # isolation --------------------------------------------------------------------------
 def test_another_user_gets_not_found(pg_memory: Memory) -> None:
     alice, bob = pg_memory.for_user("alice"), pg_memory.for_user("bob")
