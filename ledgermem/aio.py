@@ -5,9 +5,16 @@ The sync core run off the event loop: each method that does I/O runs the ``Memor
 under one ``anyio.CapacityLimiter`` per ``AsyncMemory``. Nothing is reimplemented: the
 async methods are made from the sync ones when this module is imported, with their
 names, parameters, docstrings and errors, so a parameter added to a sync method is on
-its async twin at once (``tests/test_async.py`` checks the method sets match). A call
-that is cancelled while its thread runs finishes there first: the cancellation never
-leaves a write half done.
+its async twin at once (``tests/test_async.py`` checks the method sets match).
+
+Cancellation: a call whose thread has started runs to its end, and the caller waits
+for it, whichever way it is cancelled (an anyio or trio cancel scope, or asyncio's
+``task.cancel()``, which ``asyncio.timeout`` uses and which anyio's own waiting does
+not stop): a write is whole or not made, and no thread goes on behind the caller or
+under ``close``. A cancel scope's call then returns its result and the cancellation
+comes at the next wait; ``task.cancel()`` raises ``CancelledError`` once the call has
+ended, its result dropped. A call cancelled before its thread started never runs.
+``close()`` waits for the calls already made; later calls raise ``StoreClosed``.
 
 Example:
     >>> async with AsyncMemory.open("memory.db") as mem:          # doctest: +SKIP
@@ -20,21 +27,26 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
+import threading
 from collections.abc import Callable, Coroutine, Generator
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, cast, overload
 
 import anyio
 import anyio.to_thread
 
-from .clock import Clock
-from .errors import InvalidInput
+from .clock import Clock, DateOrder
+from .errors import InvalidInput, StoreClosed
 from .memory import Memory
+from .pipeline.maintenance import MaintenanceOptions
 from .providers.llm import LLM
 from .store.base import Store
 from .types import Scope
 from .user_memory import UserMemory
+from .validation import Limits
+from .views import MemoryIndex, ViewConfig
 
 __all__ = ["DEFAULT_THREADS", "AsyncMemory", "AsyncUserMemory"]
 
@@ -45,6 +57,65 @@ writes (SQLite serialises writes anyway), below PostgreSQL's default pool of 10.
 S = TypeVar("S", covariant=True)
 P = ParamSpec("P")
 R = TypeVar("R")
+
+_POLL_S = 0.005
+"""How often a caller that must wait out a worker thread (its call was cancelled
+while running, or ``close`` waits for the calls under way) looks again."""
+
+
+class _Call(Generic[R]):
+    """One call handed to a worker thread: it runs unless its caller gave it up first
+    (``drop``), and says when it has ended."""
+
+    def __init__(self, function: Callable[[], R]) -> None:
+        self._function = function
+        self._lock = threading.Lock()
+        self._started = False
+        self._dropped = False
+        self.ended = threading.Event()
+        self.result: R | None = None
+
+    def __call__(self) -> R:
+        with self._lock:
+            if self._dropped:
+                return cast(R, None)  # its caller is gone, and so is anyio's future
+            self._started = True
+        try:
+            self.result = self._function()
+            return self.result
+        finally:
+            self.ended.set()
+
+    def drop(self) -> bool:
+        """Give the call up: True when it had not started (and now never will)."""
+        with self._lock:
+            self._dropped = not self._started
+            return self._dropped
+
+
+async def _wait_out(done: Callable[[], bool]) -> BaseException | None:
+    """Wait until ``done()``, whatever cancels the caller meanwhile; return the first
+    cancellation that came (for the caller to raise once it may)."""
+    cancelled: BaseException | None = None
+    with anyio.CancelScope(shield=True):  # anyio's cancellations wait outside
+        while not done():
+            try:
+                await anyio.sleep(_POLL_S)
+            except anyio.get_cancelled_exc_class() as exc:  # asyncio's task.cancel()
+                cancelled = cancelled or exc
+    return cancelled
+
+
+async def _in_thread(call: _Call[R], limiter: anyio.CapacityLimiter | None) -> R:
+    """Run ``call`` in a worker thread. Cancelled, the caller waits for the thread
+    if it had started: anyio's ``run_sync`` does (it shields its wait), but asyncio's
+    ``task.cancel()`` reaches through and would leave the thread running alone."""
+    try:
+        return await anyio.to_thread.run_sync(call, limiter=limiter)
+    except anyio.get_cancelled_exc_class():
+        if not call.drop():
+            await _wait_out(call.ended.is_set)
+        raise
 
 
 class _Offloading(Generic[S]):
@@ -105,7 +176,13 @@ class _Opening:
         self._memory: AsyncMemory | None = None
 
     async def _open(self) -> AsyncMemory:
-        memory = await anyio.to_thread.run_sync(self._opener)
+        opening = _Call(self._opener)
+        try:
+            memory = await _in_thread(opening, None)
+        except anyio.get_cancelled_exc_class():
+            if opening.result is not None:   # opened for a caller no longer there
+                await AsyncMemory.from_sync(opening.result).close()
+            raise
         return AsyncMemory.from_sync(memory, threads=self._threads)
 
     def __await__(self) -> Generator[Any, None, AsyncMemory]:
@@ -151,6 +228,14 @@ class AsyncMemory(_Offloading[Memory]):
     def _init(self, memory: Memory, threads: int) -> None:
         self._sync = memory
         self._limiter = anyio.CapacityLimiter(_check_threads(threads))
+        # The threads' own limiter: ``_limiter`` is taken first, so this one never
+        # waits (anyio's default one, shared with the rest of the program, could).
+        self._unlimited = anyio.CapacityLimiter(math.inf)
+        self._calls = 0
+        """Calls made and not ended (running, or waiting for a thread)."""
+        self._closing = False
+        self._closed: threading.Event | None = None
+        self._close_error: BaseException | None = None
 
     @classmethod
     def from_sync(cls, memory: Memory, *, threads: int = DEFAULT_THREADS) -> AsyncMemory:
@@ -194,8 +279,43 @@ class AsyncMemory(_Offloading[Memory]):
     def clock(self) -> Clock:
         return self._sync.clock
 
+    @property
+    def limits(self) -> Limits:
+        return self._sync.limits
+
+    @property
+    def date_order(self) -> DateOrder | None:
+        return self._sync.date_order
+
+    @property
+    def views(self) -> ViewConfig:
+        return self._sync.views
+
+    @property
+    def memory_index(self) -> MemoryIndex | None:
+        return self._sync.memory_index
+
+    @property
+    def extraction_instructions(self) -> str | None:
+        return self._sync.extraction_instructions
+
+    @property
+    def maintenance(self) -> MaintenanceOptions:
+        return self._sync.maintenance
+
+    @property
+    def skipped(self) -> dict[str, str]:
+        return self._sync.skipped
+
     async def _run(self, call: Callable[[], R]) -> R:
-        return await anyio.to_thread.run_sync(call, limiter=self._limiter)
+        if self._closing:
+            raise StoreClosed("the store is closed")
+        self._calls += 1
+        try:
+            async with self._limiter:
+                return await _in_thread(_Call(call), self._unlimited)
+        finally:
+            self._calls -= 1
 
     def for_user(
         self, user_id: str, agent_id: str | None = None, context: str = "global",
@@ -217,7 +337,32 @@ class AsyncMemory(_Offloading[Memory]):
     maintain = _InThread(Memory.maintain)
     rebuild = _InThread(Memory.rebuild)
     verify = _InThread(Memory.verify)
-    close = _InThread(Memory.close)
+
+    async def close(self) -> None:
+        """Close the memory (see ``Memory.close``) once the calls already made have
+        ended; a call made after this one began raises ``StoreClosed``. Closing twice
+        is harmless. Cancelled, it still closes, and its caller waits for that."""
+        self._closing = True
+        cancelled = await _wait_out(lambda: not self._calls)
+        if self._closed is None:
+            self._closed = threading.Event()
+            # A thread of its own, which starts at once: a pool's thread could be given
+            # up by a cancellation before it starts, leaving the store open.
+            threading.Thread(target=self._close_sync, args=(self._closed,),
+                             name="ledgermem-close", daemon=True).start()
+        cancelled = await _wait_out(self._closed.is_set) or cancelled
+        if cancelled is not None:
+            raise cancelled
+        if self._close_error is not None:
+            raise self._close_error
+
+    def _close_sync(self, closed: threading.Event) -> None:
+        try:
+            self._sync.close()
+        except BaseException as exc:  # for close()'s caller, not threading.excepthook
+            self._close_error = exc
+        finally:
+            closed.set()
 
     async def __aenter__(self) -> AsyncMemory:
         return self
