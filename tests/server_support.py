@@ -148,3 +148,34 @@ def start_server(args: list[str], env: Mapping[str, str], *, timeout: float = 90
     assert user_key is not None, text
     return Served(process, url, user_key.group(1),
                   admin_key.group(1) if admin_key else None, banner)
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+
+@contextmanager
+def chromium() -> Iterator[Any]:
+    """Headless Chromium (``make browser`` installs it) under Playwright; the test fails
+    where ``CI`` is set and it is missing, and is skipped elsewhere."""
+    import pytest
+
+    problem = None
+    if not CHROMIUM.exists():
+        problem = f"{CHROMIUM} is missing: run `make browser` (apt-get install chromium)"
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        problem = "playwright is not installed: pip install -e '.[test]'"
+    if problem is not None:
+        if os.environ.get("CI"):
+            pytest.fail(problem)
+        pytest.skip(problem)
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()

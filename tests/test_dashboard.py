@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import os
 import re
 import tomllib
 from collections.abc import Callable, Iterator
@@ -40,16 +39,20 @@ from ledgermem.server.app import DASHBOARD_DIR
 from ledgermem.server.keys import KeyRing
 from ledgermem.testing import HashEmbedder, Reply, ScriptedLLMServer
 from tests.pipeline.scripts import LONG, add, ops
-from tests.server_support import ROOT, Served, app_over, free_port, serve_env, start_server
+from tests.server_support import (
+    ROOT,
+    Served,
+    app_over,
+    chromium,
+    free_port,
+    serve_env,
+    start_server,
+)
 from tests.support import FakeClock
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page, Route, ViewportSize
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
 ARTIFACTS = ROOT / "tests" / "artifacts" / "dashboard"
 
 CONTEXTS = ("work", "personal", "travel", "health")
@@ -204,23 +207,10 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    problem = None
-    if not CHROMIUM.exists():
-        problem = f"{CHROMIUM} is missing: run `make browser` (apt-get install chromium)"
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        problem = "playwright is not installed: pip install -e '.[test]'"
-    if problem is not None:
-        if os.environ.get("CI"):
-            pytest.fail(problem)
-        pytest.skip(problem)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    print(f"\ndashboard screenshots: {ARTIFACTS}")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+    with chromium() as launched:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        print(f"\ndashboard screenshots: {ARTIFACTS}")
         yield launched
-        launched.close()
 
 
 @pytest.fixture
