@@ -37,7 +37,7 @@ from .store.migrations import SQLITE_MIGRATIONS
 from .store.sqlite import SQLiteStore
 from .store.vector_file import vectors_dir
 
-__all__ = ["backup", "postgres_help", "refuse_postgres", "restore", "sqlite_path"]
+__all__ = ["backup", "postgres_help", "refuse_postgres", "restore", "same_file", "sqlite_path"]
 
 BUSY_TIMEOUT_S = 30.0
 
@@ -123,7 +123,7 @@ def _copy(source: sqlite3.Connection, target: Path) -> None:
         source.backup(conn)  # pages=-1: one step, one consistent snapshot
 
 
-def _same_file(path: Path, other: Path) -> bool:
+def same_file(path: Path, other: Path) -> bool:
     """Whether ``path`` and ``other`` name one file (through a hard link too)."""
     try:
         return os.path.samefile(path, other)
@@ -184,7 +184,7 @@ def backup(source: str | Path, destination: str | Path, *, force: bool = False
     src, dst = Path(source).expanduser().resolve(), Path(destination).expanduser().resolve()
     if not src.is_file():
         raise InvalidInput(f"no database at {src}")
-    if dst == src or any(_same_file(dst, path) for path in (src, *_journals(src))):
+    if dst == src or any(same_file(dst, path) for path in (src, *_journals(src))):
         raise InvalidInput(f"{dst} is the store itself (or one of its journal files): "
                            "back it up to another file")
     if dst.exists() and not force:

@@ -209,10 +209,9 @@ def _output_file(path: str, *, not_onto: Sequence[Path] = ()) -> Iterator[IO[str
 
 def _same_file(path: Path, other: Path) -> bool:
     """Whether ``path`` names ``other`` (through links too), or would once made."""
-    try:
-        return os.path.samefile(path, other)
-    except OSError:   # one of them does not exist (yet)
-        return path.resolve() == other.resolve()
+    from ..backup import same_file
+
+    return same_file(path, other) or path.resolve() == other.resolve()
 
 
 @command(main, "export")
