@@ -175,8 +175,10 @@ async def test_leaving_async_with_while_tasks_still_run_waits_and_refuses(
         db_url: str, clock: FakeClock) -> None:
     written: list[str] = []
     refused: list[BaseException] = []
+    begun = anyio.Event()
 
     async def writer(mem: AsyncMemory, n: int) -> None:
+        begun.set()   # its call is made before this task next lets another run
         try:
             item = await mem.for_user(USERS[n % len(USERS)]).remember(
                 f"written {n}", dedup=False)
@@ -189,7 +191,8 @@ async def test_leaving_async_with_while_tasks_still_run_waits_and_refuses(
                 AsyncMemory.open(db_url, embedder=None, clock=clock, threads=4) as mem):
         for n in range(40):
             outside.start_soon(writer, mem, n)   # in a task group the block outlives
-        await anyio.sleep(0)                     # let the first calls start
+        await begun.wait()                       # a first call is under way (trio runs
+        # new tasks and this one in a random order: one checkpoint did not promise it)
     assert len(written) + len(refused) == 40
     assert written, "no call had started when the block ended"
     assert all(str(exc) == "the store is closed" for exc in refused)
