@@ -63,6 +63,9 @@ class BackgroundWorker:
     log_name = "ledgermem"
     idle_wake_s: float | None = None
     """Wake up this often even when nobody calls ``notify`` (None: only when notified)."""
+    drains = True
+    """Whether a wake runs ``run_once`` until it returns 0 (a backlog worked through), or
+    once: work noted meanwhile then waits for the next wake (``RecallWorker``)."""
     nice = 0
     """How much lower than the caller's the thread's CPU priority is (Linux, where
     each thread has its own; threads it starts inherit it)."""
@@ -104,7 +107,7 @@ class BackgroundWorker:
                 return
             try:
                 with self._busy:
-                    while not self._stop.is_set() and self.run_once():
+                    while not self._stop.is_set() and self.run_once() and self.drains:
                         pass
                 delay = 0.5
             except StoreClosed:  # closed under a worker not closed first: nothing can succeed

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -86,6 +87,28 @@ def test_a_store_closed_under_the_recall_worker_ends_it_without_retrying(
         memory.close()  # quiet: says what it could not apply
     assert [r.getMessage() for r in caplog.records] == [
         "1 recalled items not applied: the store was closed"]
+
+
+def test_the_recall_worker_writes_once_an_interval_while_searches_keep_noting(
+        tmp_path: Path) -> None:
+    """Searches without a pause note items all the time; the worker still applies them
+    once per interval (one ``memory.recalled`` event), not in a transaction after every
+    few searches, each of which made the searches read their pages again."""
+    interval = 0.25
+    with Memory.open(tmp_path / "m.db", embedder=None, recall_interval_s=interval) as memory:
+        alice = memory.for_user("alice")
+        alice.remember("Alice takes her tea without sugar")
+        started = time.monotonic()
+        searches = 0
+        while time.monotonic() - started < 4 * interval:
+            assert alice.search("tea")
+            searches += 1
+        elapsed = time.monotonic() - started
+        written = len(memory.store.events("alice", kinds=["memory.recalled"]))
+        assert searches > 20 * written
+        assert 1 <= written <= elapsed / interval + 1
+        used = [hit.item.use_count for hit in alice.search("tea", touch=False) if hit.item]
+        assert used == [written]   # one use per interval, however many searches
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")

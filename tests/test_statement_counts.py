@@ -297,3 +297,24 @@ def test_remember_many_of_distinct_texts_reads_as_much_for_ten_or_thirty(
     # ranked lookup: the postings of the batch's words answer every entry at once.
     assert len(issued(seen[10])) == len(issued(seen[30]))
     assert not any("bm25(knowledge_fts" in s for s in seen[30])
+
+
+def test_a_search_s_bookkeeping_keeps_the_word_counts_and_a_new_item_drops_them(
+        keyword_mem: Memory) -> None:
+    """Words are counted once for a run of searches: applying the searches' recall
+    bookkeeping (``memory.recalled``, which changes no text) keeps the counts, as it
+    used to drop them every interval under load; an item learnt does drop them."""
+    _fill(keyword_mem, 30)
+    alice = keyword_mem.for_user("alice")
+
+    def counted() -> int:
+        with statements(keyword_mem) as seen:
+            assert alice.search("green tea kettle")
+        return len([s for s in seen if "SELECT 1 FROM knowledge_fts" in s])
+
+    assert counted() == 1
+    keyword_mem.flush()   # the recalled items' event, applied now
+    assert keyword_mem.store.events("alice", kinds=["memory.recalled"])
+    assert counted() == 0
+    alice.remember("A kettle for oolong")
+    assert counted() == 1

@@ -28,8 +28,8 @@ from .events import (
     item_row,
 )
 
-__all__ = ["Add", "Change", "Delete", "Insert", "Scale", "Update", "apply_change", "project",
-           "replay"]
+__all__ = ["TEXT_KEPT_KINDS", "Add", "Change", "Delete", "Insert", "Scale", "Update",
+           "apply_change", "project", "replay"]
 
 ViewTable = Literal["knowledge", "conversations", "tool_history", "llm_calls", "comparisons"]
 
@@ -79,6 +79,14 @@ Change = Insert | Update | Delete
 _PRUNED: tuple[tuple[ViewTable, str], ...] = (
     ("knowledge", "items"), ("conversations", "turns"), ("tool_history", "tools"))
 """Tables a ``memory.pruned`` event removes rows from, and its payload key for each."""
+
+TEXT_KEPT_KINDS = frozenset({
+    Kind.MEMORY_RECALLED, Kind.MEMORY_DECAYED, Kind.MEMORY_COMPARED, Kind.TURN_CONSOLIDATED,
+    Kind.TURNS_QUEUED, Kind.TURNS_EXTRACTED, Kind.LLM_CALLED, Kind.TOOL_CALLED,
+    *PROPOSAL_KINDS})
+"""Kinds whose projection adds, removes and rewords no knowledge item and no turn: the
+full-text indexes, and the word counts a store keeps from them, stay as they were (a
+search's bookkeeping, ``memory.recalled``, is the most frequent event of all)."""
 
 
 def project(event: Event) -> list[Change]:

@@ -32,6 +32,10 @@ class RecallWorker(BackgroundWorker):
 
     thread_name = "ledgermem-recall"
     log_name = "ledgermem.recall"
+    drains = False
+    """One write per interval: while searches keep noting items, a worker draining them
+    wrote a transaction after every few searches, each making the searches' connections
+    read their pages again (hybrid search at 100,000 items: 7.4 → 11 ms at the median)."""
 
     def __init__(self, store: Store, clock: Clock, *, interval_s: float = 2.0,
                  boost: float = RECALL_BOOST) -> None:

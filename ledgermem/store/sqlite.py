@@ -233,6 +233,8 @@ class SQLiteStore(SQLiteKeywordSearch, SQLiteVectors):
         self._shares: dict[tuple[str, str], tuple[float, float, int, int]] = {}
         """(table, user) → (share, expiry, ``_appended`` and the table's rows then)."""
         self._appended = 0
+        """Events appended by this store that may change indexed text (not those of
+        ``TEXT_KEPT_KINDS``): the keyword statistics kept are counted again past them."""
         self._counted: dict[str, tuple[int, float, int, dict[str, int]]] = {}
         """table → (``_appended``, expiry, cut-off, each word's count): ``_term_counts``."""
         self._words = WordCounts(KEYWORD_STATS_TTL_S, per_user=False)
@@ -413,6 +415,7 @@ class SQLiteStore(SQLiteKeywordSearch, SQLiteVectors):
             super().redact(user_id, subject_id)
             self._local.purge = True
             self._local.committed.append(lambda: self._forget_vectors(user_id, subject_id))
+            self._local.committed.append(self._counted.clear)  # no word of it stays
 
     def _deleted(self, table: str, user_id: str, ids: Sequence[str]) -> None:
         index = self._indexes.get(table)
@@ -424,6 +427,7 @@ class SQLiteStore(SQLiteKeywordSearch, SQLiteVectors):
             removed = super().delete_user(user_id)
             self._local.purge = True
             self._local.committed.append(lambda: self._forget_vectors(user_id))
+            self._local.committed.append(self._counted.clear)
             self._local.committed.append(self.vacuum)
         return removed
 

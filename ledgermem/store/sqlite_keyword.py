@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from itertools import combinations
 from typing import Any
 
+from ..domain.projection import TEXT_KEPT_KINDS
 from ..types import Event, ItemQuery
 from .base import MatchMode, Table, TurnQuery, iter_chunks
 from .migrations import FTS_COLUMNS
@@ -253,7 +254,8 @@ class SQLiteKeywordSearch(SQLStore):
 
     def append(self, events: Sequence[Event]) -> None:
         super().append(events)
-        self._appended += len(events)
+        # Events that change no indexed text (a search's bookkeeping) keep the counts.
+        self._appended += sum(event.kind not in TEXT_KEPT_KINDS for event in events)
 
     def _bm25(self, table: Table, match: str,
               where: Callable[[bool], tuple[str, list[Any]]], plain: bool, limit: int,
