@@ -262,14 +262,10 @@ print(outcome)
 """
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "SQLiteStore.close() closes every thread's connection at once, the one another "
-    "thread is using mid-statement included, and the interpreter crashes (SIGSEGV). "
-    "AsyncMemory.close() now waits for its calls; the sync store needs the fix: "
-    "ledgermem/store/sqlite.py, close() should wait for the write lock (and for "
-    "connections in use) before closing them"))
 def test_closing_the_sync_store_during_another_thread_s_write_is_safe(tmp_path: Path
                                                                       ) -> None:
+    """``close`` waits for the transaction another thread holds (it closed that
+    thread's connection mid-statement, and the interpreter crashed)."""
     path = tmp_path / "m.db"
     done = subprocess.run([sys.executable, "-c", CLOSE_DURING_A_WRITE, str(path)],
                           capture_output=True, text=True, timeout=120, check=False)
@@ -277,3 +273,59 @@ def test_closing_the_sync_store_during_another_thread_s_write_is_safe(tmp_path: 
     assert done.stdout.strip() in ("['Held mid-transaction']", "['StoreClosed']")
     with Memory.open(path, embedder=None) as reopened:
         assert reopened.verify()["problems"] == []
+
+
+CLOSE_PAST_THE_WAIT = """
+import sys, threading
+from ledgermem import Memory, StoreClosed
+from ledgermem.store import sqlite as backend
+
+backend.CLOSE_WAIT_S = 0.2
+memory = Memory.open(sys.argv[1], embedder=None)
+alice = memory.for_user("alice")
+alice.remember("Alice drinks green tea")
+reached, release = threading.Event(), threading.Event()
+
+
+def hold(sql):
+    if "knowledge_fts MATCH" in sql and not reached.is_set():
+        reached.set()
+        release.wait(30)
+
+
+outcome = []
+
+
+def read():
+    try:
+        outcome.append([hit.content for hit in alice.search("green tea", touch=False)])
+    except StoreClosed:
+        outcome.append("StoreClosed")
+
+
+memory.store.trace(hold)
+reader = threading.Thread(target=read)
+reader.start()
+reached.wait(30)
+memory.close()   # gives up waiting for the reader: its connection is left to it
+outcome.append(memory.store.connections())
+release.set()
+reader.join(30)
+outcome.append(memory.store.connections())
+print(outcome)
+"""
+
+
+def test_a_statement_outlasting_close_s_wait_keeps_its_connection_until_it_ends(
+        tmp_path: Path) -> None:
+    """Past ``CLOSE_WAIT_S`` ``close`` returns and closes every idle connection; the
+    one a statement still runs on is closed by its thread once the statement ends, and
+    that thread's next statement meets ``StoreClosed``."""
+    path = tmp_path / "m.db"
+    done = subprocess.run([sys.executable, "-c", CLOSE_PAST_THE_WAIT, str(path)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[1, 'StoreClosed', 0]"
+    with Memory.open(path, embedder=None) as reopened:
+        assert [h.content for h in reopened.for_user("alice").search("green tea")] == [
+            "Alice drinks green tea"]

@@ -71,6 +71,8 @@ def _locked(exc: sqlite3.Error) -> bool:
 
 log = logging.getLogger("ledgermem.store")
 
+CLOSE_WAIT_S = 60.0
+"""How long ``close`` waits for other threads' statements and transactions to end."""
 CHECKPOINT_DELAY_S = 0.05
 """How long the checkpoint thread lets a burst of commits gather before it copies the
 WAL into the database file (``_Checkpointer``)."""
@@ -226,7 +228,11 @@ class SQLiteStore(SQLiteKeywordSearch, SQLiteVectors):
         self._busy_ms = int(busy_timeout_s * 1000)
         self._local = threading.local()
         self._write_lock = threading.RLock()
-        self._connections: list[sqlite3.Connection] = []
+        self._connections: dict[sqlite3.Connection, int] = {}
+        """Each open connection and the thread it belongs to."""
+        self._use = threading.Condition()
+        self._users: dict[int, int] = {}
+        """Threads running a statement or a transaction (``_enter``), and how deep."""
         self._tracer: Callable[[str], object] | None = None
         self._connections_lock = threading.Lock()
         self._closed = False
@@ -264,7 +270,7 @@ class SQLiteStore(SQLiteKeywordSearch, SQLiteVectors):
             self._local.depth = 0
             self._local.tracer = None
             with self._connections_lock:
-                self._connections.append(conn)
+                self._connections[conn] = threading.get_ident()
             # A thread that ends takes its connection with it (worker pools such as
             # anyio's retire idle threads and start new ones): its ``threading.local``
             # data goes, and the holder with it. (A ``weakref.finalize`` per thread did
@@ -280,9 +286,8 @@ class SQLiteStore(SQLiteKeywordSearch, SQLiteVectors):
     def _release(self, conn: sqlite3.Connection) -> None:
         """Close ``conn`` unless ``close`` has (its thread ended)."""
         with self._connections_lock:
-            if conn not in self._connections:
+            if self._connections.pop(conn, None) is None:
                 return
-            self._connections.remove(conn)
         conn.close()
 
     def connections(self) -> int:
@@ -302,13 +307,50 @@ class SQLiteStore(SQLiteKeywordSearch, SQLiteVectors):
         self._tracer = callback
 
     def close(self) -> None:
-        self._closed = True
+        """Close every connection once the statements and transactions under way in
+        other threads end (up to ``CLOSE_WAIT_S``); calls made after it raise
+        ``StoreClosed``. A connection still in use past the wait is closed by its own
+        thread when that use ends: closing it mid-statement crashed the interpreter."""
+        me = threading.get_ident()
+        with self._use:
+            self._closed = True
+            self._use.wait_for(lambda: not self._users.keys() - {me}, timeout=CLOSE_WAIT_S)
+            busy = set(self._users)
         self._checkpointer.close()
         with self._connections_lock:
-            for conn in self._connections:
+            idle = [conn for conn, owner in self._connections.items() if owner not in busy]
+            for conn in idle:
+                del self._connections[conn]
                 conn.close()
-            self._connections.clear()
-        self._local = threading.local()
+
+    def _enter(self) -> sqlite3.Connection:
+        """This thread's connection, counted in use until ``_leave``: ``close`` waits."""
+        me = threading.get_ident()
+        with self._use:
+            if self._closed:
+                raise StoreClosed("the store is closed")
+            self._users[me] = self._users.get(me, 0) + 1
+        try:
+            return self._conn()
+        except BaseException:
+            self._leave()
+            raise
+
+    def _leave(self) -> None:
+        me = threading.get_ident()
+        with self._use:
+            depth = self._users[me] - 1
+            if depth:
+                self._users[me] = depth
+                return
+            del self._users[me]
+            self._use.notify_all()
+            closed = self._closed
+        if closed:   # ``close`` left this thread's connection to it
+            with self._connections_lock:
+                mine = [conn for conn, owner in self._connections.items() if owner == me]
+            for conn in mine:
+                self._release(conn)
 
     def _retry(self, action: Any) -> Any:
         """Run ``action`` retrying while another process holds the write lock; past
@@ -325,10 +367,13 @@ class SQLiteStore(SQLiteKeywordSearch, SQLiteVectors):
                 delay = min(delay * 2, 0.1)
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        conn = self._conn()
-        with _translated():
-            rows: list[tuple[Any, ...]] = self._retry(
-                lambda: conn.execute(sql, tuple(params)).fetchall())
+        conn = self._enter()
+        try:
+            with _translated():
+                rows: list[tuple[Any, ...]] = self._retry(
+                    lambda: conn.execute(sql, tuple(params)).fetchall())
+        finally:
+            self._leave()
         return rows
 
     @contextmanager
@@ -336,7 +381,15 @@ class SQLiteStore(SQLiteKeywordSearch, SQLiteVectors):
         """A transaction (a savepoint when nested) on this thread's connection.
         Every driver error inside it, the caller's statements' included, is translated
         by ``_translated`` once, here."""
-        conn = self._conn()
+        conn = self._enter()
+        try:
+            with self._writing_on(conn) as run:
+                yield run
+        finally:
+            self._leave()
+
+    @contextmanager
+    def _writing_on(self, conn: sqlite3.Connection) -> Iterator[Run]:
         depth: int = self._local.depth
 
         def run(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
@@ -441,7 +494,13 @@ class SQLiteStore(SQLiteKeywordSearch, SQLiteVectors):
         over the whole file and waits for other writers; after many single ``forget``s
         run it yourself (``ledgermem vacuum``). Row ids survive it: every table that
         another refers to by rowid has an ``INTEGER PRIMARY KEY``."""
-        conn = self._conn()
+        conn = self._enter()
+        try:
+            self._vacuum(conn)
+        finally:
+            self._leave()
+
+    def _vacuum(self, conn: sqlite3.Connection) -> None:
         if conn.in_transaction:
             raise StorageError("vacuum cannot run inside a transaction")
         with _translated(), self._write_lock, self._checkpointer.paused():
