@@ -100,10 +100,15 @@ def test_key_secrets_never_reach_the_logs_the_metrics_or_an_error(tmp_path: Path
                 "Authorization": f"Bearer {admin}"}).text)
             bodies.append(client.get("/v1/keys", headers={
                 "Authorization": f"Bearer {alice}"}).text)
+            listed = client.get("/v1/memories", params={"entity": "person:oncologist"},
+                                headers={"Authorization": f"Bearer {alice}"})
+            assert listed.status_code == 200, listed.text
     finally:
         code, log = served.stop()
     assert code == 0
     assert "GET /v1/me" in log   # the access log was on
+    # Query strings can hold what memory holds: the log keeps the path alone.
+    assert "GET /v1/memories?... HTTP/1.1" in log and "oncologist" not in log
     for secret in secrets:
         assert secret not in log
         assert not any(secret in body for body in bodies)

@@ -71,6 +71,7 @@ def serve(ctx: click.Context, host: str, port: int, db: str | None, config: str 
     import uvicorn
 
     from ..memory import open_store
+    from .access_log import log_config
     from .metrics import ServerMetrics
     from .serve import SPEC_ENV, ServeSpec, build_app, open_memory, prepare_keys
 
@@ -82,7 +83,7 @@ def serve(ctx: click.Context, host: str, port: int, db: str | None, config: str 
     environ = dict(os.environ)
     url = _url(host, port)
     options: dict[str, Any] = {"host": host, "port": port, "log_level": log_level,
-                               "access_log": access_log}
+                               "access_log": access_log, "log_config": log_config()}
     if workers > 1:
         settings = spec.settings(environ)
         store = open_store(spec.db or settings.database.url)
