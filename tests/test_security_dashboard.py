@@ -234,3 +234,31 @@ def test_the_key_is_kept_for_the_tab_only_and_dropped_at_sign_out(page: Page,
     kept = page.evaluate("() => JSON.stringify([Object.entries(sessionStorage), "
                          "Object.entries(localStorage)])")
     assert site.alice not in kept
+
+
+def test_the_api_documentation_renders_from_the_server_alone(browser: Browser,
+                                                             site: Site) -> None:
+    """Swagger UI renders in Chromium with every request to the server itself (it came
+    from a CDN: an offline machine got a blank page, and a third party learnt each
+    visit) and nothing the page's policy refuses."""
+    from playwright.sync_api import expect
+
+    context = browser.new_context()
+    context.set_default_timeout(15_000)
+    asked: list[str] = []
+    context.on("request", lambda request: asked.append(request.url))
+    opened = context.new_page()
+    problems: list[str] = []
+    opened.on("pageerror", lambda error: problems.append(str(error)))
+    opened.on("console", lambda message: problems.append(message.text)
+              if message.type == "error" else None)
+    try:
+        opened.goto(site.served.url + "/docs")
+        expect(opened.locator(".opblock").first).to_be_visible(timeout=15_000)
+        assert opened.locator(".opblock").count() > 50   # every route, from /openapi.json
+    finally:
+        context.close()
+    elsewhere = [url for url in asked
+                 if not url.startswith((site.served.url, "data:", "blob:"))]
+    assert elsewhere == []
+    assert problems == []

@@ -29,6 +29,7 @@ import anyio.to_thread
 from fastapi import Depends, FastAPI
 from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
+from fastapi_offline import FastAPIOffline
 from starlette.routing import BaseRoute, Match, Mount
 from starlette.types import Scope as StarletteScope
 
@@ -61,6 +62,11 @@ DASHBOARD_DIR = Path(__file__).parent / "dashboard"
 API_PREFIX = "/v1"
 """Where the API's routes live: the dashboard never answers a path under it, so an
 unknown one is a JSON 404 and a known one with another method a 405."""
+DOCS_URL = "/docs"
+"""The API's documentation page (Swagger UI; no ReDoc, whose bundle loads its logo
+from a CDN)."""
+DOCS_ASSETS_URL = f"{DOCS_URL}/assets"
+"""Its scripts and styles, served from the ``fastapi_offline`` package."""
 
 
 @dataclass(frozen=True)
@@ -104,7 +110,10 @@ def create_app(memory: AsyncMemory, keys: KeyRing, *, settings: ServerSettings |
     settings = settings or ServerSettings()
     metrics = metrics or ServerMetrics()
     metrics.watch(memory)
-    app = FastAPI(
+    # The documentation page's scripts and styles come from this server
+    # (``fastapi_offline``), not a CDN: it works offline and tells no third party.
+    app = FastAPIOffline(
+        docs_url=DOCS_URL, redoc_url=None, static_url=DOCS_ASSETS_URL,
         title="ledgermem", version=_version(),
         summary="Long-term memory for LLM agents: REST API.",
         description="Every `/v1` route needs an API key (`Authorization: Bearer <key>` or "
@@ -118,9 +127,9 @@ def create_app(memory: AsyncMemory, keys: KeyRing, *, settings: ServerSettings |
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     # Outermost of ours: every answer gets the headers, errors and 413s included.
-    docs = [url for url in (app.docs_url, app.redoc_url) if url]
     app.add_middleware(SecurityHeaders, private=[API_PREFIX, "/metrics"],
-                       data=[url for url in (app.openapi_url, "/healthz") if url], docs=docs)
+                       data=[url for url in (app.openapi_url, "/healthz") if url],
+                       docs=[DOCS_URL])
     for module in (knowledge, conversations, tools, events, review, stats, maintenance,
                    export, key_routes, admin_routes, dashboard):
         app.include_router(module.router)
@@ -194,4 +203,4 @@ def _add_dashboard(app: FastAPI, folder: Path) -> None:
 
     @app.get("/", include_in_schema=False)
     async def home() -> RedirectResponse:
-        return RedirectResponse("/docs")
+        return RedirectResponse(DOCS_URL)

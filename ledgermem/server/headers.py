@@ -4,8 +4,8 @@
   and styles and may not be framed by another site (``frame-ancestors``, which the
   policy in the page's ``<meta>`` cannot say); an API answer runs nothing at all, so
   stored text in it could not run even if a browser were made to render it as a page.
-  The API's documentation pages (``/docs``, ``/redoc``) load their scripts from a CDN
-  and only may not be framed.
+  The API's documentation page (``/docs``) runs the server's own copy of Swagger UI,
+  and the one inline script the page starts it with.
 - ``X-Frame-Options: DENY``: the same for browsers that know no ``frame-ancestors``.
 - ``X-Content-Type-Options: nosniff``: JSON is never guessed to be HTML or script.
 - ``Referrer-Policy: no-referrer``: no address of the server leaves with a link.
@@ -30,8 +30,12 @@ DASHBOARD_POLICY = ("default-src 'self'; script-src 'self'; style-src 'self'; "
 """The dashboard's pages: the policy of its ``index.html``, and no framing."""
 API_POLICY = "default-src 'none'; frame-ancestors 'none'"
 """An API answer: nothing may run or load from it."""
-DOCS_POLICY = "frame-ancestors 'none'"
-"""The API's documentation pages, whose scripts come from a CDN: no framing."""
+DOCS_POLICY = ("default-src 'self'; script-src 'self' 'unsafe-inline'; "
+               "style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+               "connect-src 'self'; object-src 'none'; base-uri 'none'; "
+               "form-action 'self'; frame-ancestors 'none'")
+"""The API's documentation page: scripts and styles from this server only (and the
+inline script FastAPI's page template starts Swagger UI with), no framing."""
 _ALWAYS = (("x-content-type-options", "nosniff"), ("x-frame-options", "DENY"),
            ("referrer-policy", "no-referrer"))
 
@@ -44,7 +48,7 @@ class SecurityHeaders:
         private: path prefixes whose answers hold memory (``/v1``, ``/metrics``): not
             stored, nothing runs.
         data: other paths that answer data (``/openapi.json``, ``/healthz``): nothing runs.
-        docs: path prefixes of the documentation pages (``/docs``, ``/redoc``).
+        docs: path prefixes of the documentation page (``/docs``).
         Every other path is the dashboard's.
     """
 
