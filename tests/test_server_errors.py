@@ -18,7 +18,7 @@ from ledgermem.aio import AsyncMemory
 from ledgermem.server.app import ServerSettings, create_app
 from ledgermem.server.errors import STATUS
 from ledgermem.server.keys import KeyRing
-from ledgermem.server.ratelimit import RateLimit, RateLimiter
+from ledgermem.server.ratelimit import FAILED_KEYS, RateLimit, RateLimiter
 from ledgermem.testing import ScriptedLLMServer
 from tests.server_support import Api, Response, app_over
 from tests.support import FakeClock, snapshot
@@ -186,6 +186,29 @@ def test_a_key_over_its_rate_gets_429_with_retry_after(mem: Memory) -> None:
         assert 1 <= int(limited.headers["retry-after"]) <= 100
         assert api.call("GET", "/v1/me", api.bob).status_code == 200  # a bucket per key
         assert api.call("GET", "/healthz", None).status_code == 200
+
+
+def test_unknown_keys_from_one_address_are_limited_and_a_valid_key_is_not(
+        mem: Memory) -> None:
+    """Guessing keys, an operator's chosen admin key among them, stays slow: past
+    ``FAILED_KEYS``' burst an address's unknown keys get 429s; its valid keys, and
+    requests with no key at all, are answered as ever."""
+    with app_over(mem, ServerSettings(rate_limit=RateLimit())) as api:
+        guesses = [api.call("GET", "/v1/me", f"lm_{n:016x}_{'A' * 43}").status_code
+                   for n in range(FAILED_KEYS.burst + 2)]
+        assert guesses == [401] * FAILED_KEYS.burst + [429, 429]
+        limited = api.call("GET", "/v1/me", "lm_0123456789abcdef_" + "B" * 43)
+        assert error_of(limited, 429)["message"].startswith(
+            "too many requests with unknown keys from this address")
+        assert 1 <= int(limited.headers["retry-after"]) <= 2
+        assert api.call("GET", "/v1/me", api.alice).status_code == 200
+        assert api.call("GET", "/v1/me", None).status_code == 401
+
+
+def test_without_rate_limits_unknown_keys_are_not_limited_either(mem: Memory) -> None:
+    with app_over(mem, ServerSettings(rate_limit=None)) as api:   # --no-rate-limit
+        assert {api.call("GET", "/v1/me", f"lm_{n:016x}_{'A' * 43}").status_code
+                for n in range(FAILED_KEYS.burst + 2)} == {401}
 
 
 def test_the_token_bucket_refills_at_its_rate() -> None:

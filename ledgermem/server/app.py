@@ -40,7 +40,7 @@ from .headers import SecurityHeaders
 from .keys import KeyRing
 from .metrics import CONTENT_TYPE, MetricsMiddleware, ServerMetrics
 from .models import HealthOut
-from .ratelimit import RateLimit, RateLimiter
+from .ratelimit import FAILED_KEYS, RateLimit, RateLimiter
 from .routes import admin as admin_routes
 from .routes import (
     conversations,
@@ -122,7 +122,8 @@ def create_app(memory: AsyncMemory, keys: KeyRing, *, settings: ServerSettings |
                     "\"message\"}}`.")
     app.state.ledgermem = ServerState(
         memory=memory, keys=keys, metrics=metrics, public_metrics=settings.public_metrics,
-        limiter=None if settings.rate_limit is None else RateLimiter(settings.rate_limit))
+        limiter=None if settings.rate_limit is None else RateLimiter(settings.rate_limit),
+        failures=None if settings.rate_limit is None else RateLimiter(FAILED_KEYS))
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)

@@ -59,6 +59,8 @@ class ServerState:
     metrics: ServerMetrics
     limiter: RateLimiter | None
     public_metrics: bool
+    failures: RateLimiter | None = None
+    """Requests with an unknown or revoked key, by client address (``FAILED_KEYS``)."""
 
 
 def state(request: Request) -> ServerState:
@@ -77,25 +79,35 @@ _api_key = APIKeyHeader(name="X-API-Key", auto_error=False,
 
 
 async def principal(
+    request: Request,
     shared: State,
     bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     api_key: Annotated[str | None, Depends(_api_key)],
 ) -> Principal:
-    """The verified key of the request, after its rate limit."""
+    """The verified key of the request, after its rate limit. Unknown and revoked keys
+    are limited too, by client address (``FAILED_KEYS``): a valid key is never held
+    back by them."""
     token = bearer.credentials if bearer is not None else api_key
     if not token:
         raise ApiError(401, "unauthorized", "send an API key: 'Authorization: Bearer <key>' "
                        "or 'X-API-Key: <key>'", {"WWW-Authenticate": "Bearer"})
     found = await anyio.to_thread.run_sync(shared.keys.verify, token)
     if found is None:
+        if shared.failures is not None:
+            address = request.client.host if request.client else "unknown"
+            _limited(shared.failures.take(address), "with unknown keys from this address")
         raise ApiError(401, "unauthorized", "this API key is unknown or revoked",
                        {"WWW-Authenticate": "Bearer"})
     if shared.limiter is not None:
-        wait = shared.limiter.take(found.key_id)
-        if wait > 0:
-            raise ApiError(429, "rate_limited", f"too many requests with this key; retry in "
-                           f"{wait:.2f} s", {"Retry-After": str(max(1, math.ceil(wait)))})
+        _limited(shared.limiter.take(found.key_id), "with this key")
     return found
+
+
+def _limited(wait: float, what: str) -> None:
+    """A 429 when a bucket had no token (``wait`` > 0: seconds until it has one)."""
+    if wait > 0:
+        raise ApiError(429, "rate_limited", f"too many requests {what}; retry in "
+                       f"{wait:.2f} s", {"Retry-After": str(max(1, math.ceil(wait)))})
 
 
 Caller = Annotated[Principal, Depends(principal)]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ..errors import InvalidInput
 
-__all__ = ["RateLimit", "RateLimiter"]
+__all__ = ["FAILED_KEYS", "RateLimit", "RateLimiter"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,12 @@ class RateLimit:
         if isinstance(self.burst, bool) or not isinstance(self.burst, int) or self.burst < 1:
             raise InvalidInput(f"a rate limit's burst must be a positive whole number, not "
                                f"{self.burst!r}")
+
+
+FAILED_KEYS = RateLimit(rate=1.0, burst=20)
+"""How many requests with an unknown or revoked key one client address may make: 20 at
+once, then one a second. Keys are long random secrets, but an operator's
+``LEDGERMEM_ADMIN_KEY`` is chosen by a person, and guessing it must stay slow."""
 
 
 class RateLimiter:
