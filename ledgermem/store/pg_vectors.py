@@ -31,6 +31,12 @@ EXACT_SEARCH_LIMIT = 10_000
 """Up to this many candidate vectors a search is exact; beyond it, HNSW."""
 _COSINE = "coalesce(nullif(1 - (embedding <=> ?::vector), 'NaN'), 0)"
 """Cosine similarity, 0 for a zero vector (pgvector says NaN), as SQLite's dot product."""
+EMBED_CLAIM: dict[str, int] = {"knowledge": 0x6C6B, "conversations": 0x6C63}
+"""First key of the ``pg_try_advisory_xact_lock(EMBED_CLAIM[table], pk)`` by which a
+worker claims a row to embed (the users' locks, ``USER_LOCK``, have a key of their own)."""
+CLAIM_CANDIDATES = 8
+"""A claim looks at this many times its size of the oldest rows without a vector, and
+takes those no other worker holds."""
 
 
 class PostgresVectors(PostgresConnection):
@@ -155,17 +161,22 @@ class PostgresVectors(PostgresConnection):
     def pending_embeddings(self, table: Table, limit: int) -> list[tuple[str, str]]:
         """Rows without a vector that no worker has claimed (see
         ``claim_pending_embeddings``)."""
-        return [(r[0], r[1]) for r in self._read(_pending_sql(table), [limit])]
+        return [(r[0], r[1]) for r in self._read(_pending_sql(table),
+                                                 [limit * CLAIM_CANDIDATES, limit])]
 
     @contextmanager
     def claim_pending_embeddings(self, table: Table, limit: int
                                  ) -> Iterator[list[tuple[str, str]]]:
         """Claim up to ``limit`` rows without a vector for this worker alone.
 
-        The rows stay locked (``FOR UPDATE SKIP LOCKED``) until the block ends, so
-        concurrent workers claim disjoint rows; call ``set_embeddings`` inside the
-        block to commit the vectors with the claim. A worker that dies or raises
-        releases its claim with its transaction.
+        The claim is an advisory lock per row (``EMBED_CLAIM``), held until the block
+        ends, so concurrent workers claim disjoint rows; call ``set_embeddings`` inside
+        the block to commit the vectors with the claim. A worker that dies or raises
+        releases its claim with its transaction. The rows themselves are not locked:
+        a write to one (a restatement's refresh, a revision, a forget, recall
+        bookkeeping) never waits for the model, as it did under ``FOR UPDATE`` (up to
+        460 ms); ``set_embeddings`` writes a vector only where the text is still the
+        one embedded.
 
         Example:
             >>> with store.claim_pending_embeddings("knowledge", 64) as rows:  # doctest: +SKIP
@@ -173,7 +184,8 @@ class PostgresVectors(PostgresConnection):
         """
         # RowScope.ALL_USERS again: the wrapper's scope ends before this block runs.
         with self._scope(_EVERY_USER), self._writing() as run:
-            yield [(r[0], r[1]) for r in run(_pending_sql(table), [limit])]
+            yield [(r[0], r[1]) for r in run(_pending_sql(table),
+                                             [limit * CLAIM_CANDIDATES, limit])]
 
     def set_embeddings(
         self, table: Table, rows: Sequence[tuple[str, str, Vector]], model: str
@@ -203,7 +215,12 @@ class PostgresVectors(PostgresConnection):
 
 
 def _pending_sql(table: str) -> str:
-    """Rows still without a vector, oldest first, skipping those another worker holds."""
-    return (f"SELECT id, {EMBED_TEXT[embedded_table(table)]} FROM {table} WHERE embedding IS NULL "
-            "ORDER BY pk LIMIT ? FOR UPDATE SKIP LOCKED")
+    """Rows still without a vector, oldest first, skipping those another worker holds
+    (``EMBED_CLAIM``). The lock is tried in the outer query, row by row as its LIMIT
+    pulls them, so it is taken only on the rows returned; no ORDER BY there, which would
+    try every candidate before sorting."""
+    return (f"SELECT id, text FROM (SELECT pk, id, {EMBED_TEXT[embedded_table(table)]} "
+            f"AS text FROM {table} WHERE embedding IS NULL ORDER BY pk LIMIT ?) AS pending "
+            f"WHERE pg_try_advisory_xact_lock({EMBED_CLAIM[table]}, "
+            "(pk % 2147483647)::integer) LIMIT ?")
 

@@ -641,6 +641,51 @@ def test_workers_claim_disjoint_embedding_jobs(pg_url: str) -> None:
             store.close()
 
 
+def test_writes_to_rows_a_worker_is_embedding_do_not_wait_for_it(pg_url: str) -> None:
+    """A claim locks no row: a restatement, a revision and a forget of items being
+    embedded finish while the claim is held (under ``FOR UPDATE`` they waited for the
+    model, up to 460 ms a batch), and the vectors land only where the text is still the
+    one embedded."""
+    with Memory(PostgresStore(pg_url), embedder=None) as memory:
+        alice = memory.for_user("alice")
+        kept = alice.remember("Alice keeps bees on the roof")
+        revised = alice.remember("Alice drives a blue van")
+        gone = alice.remember("Alice collects stamps")
+        embedder = HashEmbedder()
+        worker = PostgresStore(pg_url, max_size=1)
+        finished = threading.Event()
+        errors: list[BaseException] = []
+
+        def write() -> None:
+            try:
+                alice.remember("Alice keeps bees on the roof")   # merged into ``kept``
+                alice.revise(revised.id, "Alice drives a red van")
+                alice.forget(gone.id)
+                finished.set()
+            except BaseException as exc:
+                errors.append(exc)
+
+        try:
+            with worker.claim_pending_embeddings("knowledge", 10) as rows:
+                assert {row_id for row_id, _ in rows} == {kept.id, revised.id, gone.id}
+                writer = threading.Thread(target=write)
+                writer.start()
+                assert finished.wait(30), errors   # while the claim is held
+                vectors = embedder.embed_batch([text for _, text in rows])
+                written = worker.set_embeddings("knowledge", [
+                    (row_id, text, vectors[i]) for i, (row_id, text) in enumerate(rows)],
+                    embedder.model_id)
+            writer.join(30)
+        finally:
+            worker.close()
+        assert errors == []
+        # ``kept`` and the revised item's old version (its text is unchanged: a revision
+        # is a new version); not the forgotten one, whose row and text are gone.
+        assert written == 2
+        pending = {row_id for row_id, _ in memory.store.pending_embeddings("knowledge", 10)}
+        assert kept.id not in pending and len(pending) == 1   # the revision's new version
+
+
 def test_a_dead_worker_releases_its_claim(pg_store: PostgresStore, pg_url: str) -> None:
     with Memory(pg_store, embedder=None) as memory:
         ids = {memory.for_user("alice").remember(f"job number {n}").id for n in range(5)}
