@@ -9,7 +9,6 @@ that takes a full second per call, against a worst lag of half that.
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 import time
 from collections.abc import Sequence
@@ -24,15 +23,6 @@ from ledgermem import AsyncMemory
 from ledgermem.testing import HashEmbedder
 
 pytestmark = [pytest.mark.anyio, pytest.mark.sqlite_only]  # the trace hook is SQLite's
-
-TRIO = pytest.param("trio", marks=pytest.mark.skipif(
-    importlib.util.find_spec("trio") is None, reason="trio is not installed"))
-
-
-@pytest.fixture(params=["asyncio", TRIO])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    backend: str = request.param
-    return backend
 
 
 class ThreadsSeen:

@@ -5,7 +5,6 @@ logged (an expected error is the caller's to handle, not a traceback in the logs
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,25 +24,8 @@ from ledgermem import (
     StoreClosed,
 )
 from ledgermem.testing import HashEmbedder
-from tests.support import FakeClock
 
 pytestmark = pytest.mark.anyio
-
-TRIO = pytest.param("trio", marks=pytest.mark.skipif(
-    importlib.util.find_spec("trio") is None, reason="trio is not installed"))
-
-
-@pytest.fixture(params=["asyncio", TRIO])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    backend: str = request.param
-    return backend
-
-
-@pytest.fixture
-def memory(db_url: str, clock: FakeClock) -> Iterator[Memory]:
-    sync = Memory.open(db_url, clock=clock, embedder=None)
-    yield sync
-    sync.close()
 
 
 @pytest.fixture

@@ -12,11 +12,9 @@ succeed is kept, whole.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,23 +26,8 @@ from tests.support import FakeClock
 
 pytestmark = pytest.mark.anyio
 
-TRIO = pytest.param("trio", marks=pytest.mark.skipif(
-    importlib.util.find_spec("trio") is None, reason="trio is not installed"))
 USERS = ("ada", "bea", "cyd", "dov", "eli")
 TASKS = 100
-
-
-@pytest.fixture(params=["asyncio", TRIO])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    backend: str = request.param
-    return backend
-
-
-@pytest.fixture
-def memory(db_url: str, clock: FakeClock) -> Iterator[Memory]:
-    sync = Memory.open(db_url, clock=clock, embedder=None)
-    yield sync
-    sync.close()
 
 
 class Peak:

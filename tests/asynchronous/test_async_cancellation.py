@@ -19,7 +19,6 @@ out of ``async with`` still closes.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import sqlite3
 import threading
 from collections.abc import Callable, Coroutine, Iterator
@@ -38,8 +37,6 @@ from tests.support import FakeClock, db_path, is_postgres, postgres_url
 
 pytestmark = pytest.mark.anyio
 
-TRIO = pytest.param("trio", marks=pytest.mark.skipif(
-    importlib.util.find_spec("trio") is None, reason="trio is not installed"))
 ASYNCIO_ONLY = pytest.mark.parametrize("anyio_backend", ["asyncio"])
 """For tests of asyncio's own ``task.cancel()``: trio has no such thing."""
 
@@ -48,16 +45,10 @@ HELD = 0.3
 a correct call cannot end then at all, so this only bounds how long the test waits."""
 
 
-@pytest.fixture(params=["asyncio", TRIO])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    backend: str = request.param
-    return backend
-
-
 @pytest.fixture
 def memory(db_url: str, clock: FakeClock) -> Iterator[Memory]:
-    # No embedder (no background embedding thread), and recall bookkeeping applied
-    # only by flush or close: the one worker thread that writes is the call's own.
+    # The package's ``memory`` (conftest.py), with recall bookkeeping applied only by
+    # flush or close: the one worker thread that writes is the call's own.
     sync = Memory.open(db_url, clock=clock, embedder=None, recall_interval_s=3600)
     yield sync
     sync.close()
@@ -235,6 +226,21 @@ async def next_calls_work(amem: AsyncMemory, memory: Memory) -> None:
 
 
 # asyncio's task.cancel() ----------------------------------------------------------
+async def cancel_while_held(hold: Hold, call: Coroutine[Any, Any, Any], *,
+                            read: bool = False) -> None:
+    """Run ``call`` as a task and ``task.cancel()`` it while ``hold`` holds its thread:
+    the task must not end while the thread is held, and raises ``CancelledError`` once
+    it is let go."""
+    with hold(read=read):
+        task = asyncio.create_task(call)
+        await hold.reached()
+        task.cancel()
+        await asyncio.wait({task}, timeout=HELD)
+        assert not task.done(), "the task ended while its call's thread was still running"
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
 @ASYNCIO_ONLY
 @pytest.mark.parametrize("name", WRITES)
 async def test_a_write_cancelled_by_task_cancel_ends_whole_once_its_thread_has(
@@ -243,14 +249,7 @@ async def test_a_write_cancelled_by_task_cancel_ends_whole_once_its_thread_has(
     seeded = await amem.for_user("alice").remember("Prefers green tea")
     alice = amem.for_user("alice")                  # a handle no call has used yet
     ended = returned(alice.sync, name)
-    with hold():
-        task = asyncio.create_task(call(alice, seeded))
-        await hold.reached()
-        task.cancel()
-        await asyncio.wait({task}, timeout=HELD)
-        assert not task.done(), "the task ended while its write was still running"
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await cancel_while_held(hold, call(alice, seeded))
     assert ended.is_set()
     check(memory, seeded)
     await next_calls_work(amem, memory)
@@ -285,14 +284,7 @@ async def test_a_search_cancelled_by_task_cancel_leaves_no_thread_behind(
     alice = amem.for_user("alice")
     await alice.remember("Prefers green tea")
     ended = returned(alice.sync, "search")
-    with hold(read=True):
-        task = asyncio.create_task(alice.search("green tea"))
-        await hold.reached()
-        task.cancel()
-        await asyncio.wait({task}, timeout=HELD)
-        assert not task.done()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await cancel_while_held(hold, alice.search("green tea"), read=True)
     assert ended.is_set()
     await next_calls_work(amem, memory)
 
@@ -304,14 +296,7 @@ async def test_a_flush_cancelled_by_task_cancel_applies_what_it_began(
     alice = amem.for_user("alice")                  # a handle no call has used yet
     await alice.search("green tea")                        # recall bookkeeping, queued
     ended = returned(memory, "flush")
-    with hold():
-        task = asyncio.create_task(amem.flush())
-        await hold.reached()
-        task.cancel()
-        await asyncio.wait({task}, timeout=HELD)
-        assert not task.done()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await cancel_while_held(hold, amem.flush())
     assert ended.is_set()
     assert memory.for_user("alice").get(seeded.id).confidence > seeded.confidence
     await next_calls_work(amem, memory)
@@ -324,14 +309,7 @@ async def test_a_close_cancelled_by_task_cancel_still_closes_before_the_task_end
     alice = amem.for_user("alice")                  # a handle no call has used yet
     await alice.search("green tea")       # close applies this bookkeeping: it writes
     ended = returned(memory, "close")
-    with hold():
-        task = asyncio.create_task(amem.close())
-        await hold.reached()
-        task.cancel()
-        await asyncio.wait({task}, timeout=HELD)
-        assert not task.done()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await cancel_while_held(hold, amem.close())
     assert ended.is_set()
     with pytest.raises(StoreClosed):
         await alice.stats()
