@@ -5,12 +5,10 @@ embedding thread)."""
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterator
 
 import pytest
 
 from ledgermem import Memory
-from tests.support import FakeClock
 
 TRIO = pytest.param("trio", marks=pytest.mark.skipif(
     importlib.util.find_spec("trio") is None, reason="trio is not installed"))
@@ -23,7 +21,6 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def memory(db_url: str, clock: FakeClock) -> Iterator[Memory]:
-    sync = Memory.open(db_url, clock=clock, embedder=None)
-    yield sync
-    sync.close()
+def memory(mem: Memory) -> Memory:
+    """The suite's ``mem`` (tests/conftest.py), by the name these tests give it."""
+    return mem
